@@ -65,11 +65,14 @@
  * the same database, execute and terminate reattach to it (resume) where
  * the reference answers 409.
  */
+#include <errno.h>
 #include <math.h>
+#include <pthread.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 #include <unistd.h>
 
 #include "api.h"
@@ -260,6 +263,12 @@ reply_validation_at(cp_response *res, const char *type, json_object *loc, const 
     json_object_object_add(item, "loc", loc);
     json_object_object_add(item, "msg", json_object_new_string(msg));
     json_object_object_add(item, "input", input);
+    /* A ValueError's ctx is {"error": the exception}, which FastAPI's
+     * encoder writes as {} (an exception has no fields). */
+    if (!ctx && !strcmp(type, "value_error")) {
+        ctx = json_object_new_object();
+        json_object_object_add(ctx, "error", json_object_new_object());
+    }
     if (ctx)
         json_object_object_add(item, "ctx", ctx);
     json_object_array_add(list, item);
@@ -278,6 +287,68 @@ reply_validation(cp_response *res, const char *type, const char *where, const ch
     if (field)
         json_object_array_add(loc, json_object_new_string(field));
     reply_validation_at(res, type, loc, msg, input, NULL);
+}
+
+void
+reply_validation_ctx(cp_response *res, const char *type, const char *where, const char *field,
+                     const char *msg, json_object *input, json_object *ctx)
+{
+    json_object *loc = json_object_new_array();
+
+    json_object_array_add(loc, json_object_new_string(where));
+    if (field)
+        json_object_array_add(loc, json_object_new_string(field));
+    reply_validation_at(res, type, loc, msg, input, ctx);
+}
+
+void
+reply_validation_item(cp_response *res, const char *type, const char *where,
+                      const char *field, json_object *item, const char *msg,
+                      json_object *input)
+{
+    json_object *loc = json_object_new_array();
+
+    json_object_array_add(loc, json_object_new_string(where));
+    json_object_array_add(loc, json_object_new_string(field));
+    json_object_array_add(loc, item);
+    reply_validation_at(res, type, loc, msg, input, NULL);
+}
+
+json_object *
+cp_ctx_num(const char *name, json_object *value)
+{
+    json_object *ctx = json_object_new_object();
+
+    json_object_object_add(ctx, name, value);
+    return ctx;
+}
+
+void
+reply_too_long(cp_response *res, const char *where, const char *field, const char *field_type,
+               size_t max, size_t actual, json_object *input)
+{
+    json_object *ctx = json_object_new_object();
+    char *m = cp_printf("%s should have at most %zu item%s after validation, not %zu",
+                        field_type, max, max == 1 ? "" : "s", actual);
+
+    json_object_object_add(ctx, "field_type", json_object_new_string(field_type));
+    json_object_object_add(ctx, "max_length", json_object_new_int64((int64_t)max));
+    json_object_object_add(ctx, "actual_length", json_object_new_int64((int64_t)actual));
+    reply_validation_ctx(res, "too_long", where, field, m, input, ctx);
+    free(m);
+}
+
+void
+reply_datetime_parsing(cp_response *res, const char *where, const char *field, const char *text,
+                       json_object *input)
+{
+    const char *why = cp_iso_error(text);
+    char *m = cp_printf("Input should be a valid datetime or date, %s", why);
+    json_object *ctx = json_object_new_object();
+
+    json_object_object_add(ctx, "error", json_object_new_string(why));
+    reply_validation_ctx(res, "datetime_from_date_parsing", where, field, m, input, ctx);
+    free(m);
 }
 
 /* Member @key of @body as an optional string: *@out stays as it was when
@@ -780,8 +851,9 @@ parse_create(json_object *body, create_req *c, cp_response *res)
             }
             d = json_object_get_double(v);
             if (!(d > 0)) {
-                reply_validation(res, "greater_than", "body", f, "Input should be greater than 0",
-                                 json_object_get(v));
+                reply_validation_ctx(res, "greater_than", "body", f,
+                                     "Input should be greater than 0", json_object_get(v),
+                                     cp_ctx_num("gt", json_object_new_double(0)));
                 return -1;
             }
             c->cpu = d;
@@ -796,18 +868,19 @@ parse_create(json_object *body, create_req *c, cp_response *res)
                 return -1;
             }
             if (iv <= 0) {
-                reply_validation(res, "greater_than", "body", f, "Input should be greater than 0",
-                                 json_object_get(v));
+                reply_validation_ctx(res, "greater_than", "body", f,
+                                     "Input should be greater than 0", json_object_get(v),
+                                     cp_ctx_num("gt", json_object_new_int(0)));
                 return -1;
             }
             /* The expiry (now + timeout_secs) must be a time the record
              * can show: at most 9999-12-31T23:59:59Z (the reference's
              * datetime raises past it), and never an int64 overflow. */
             if (!strcmp(f, "timeout_secs") && iv > CP_LAST_SECOND - cp_now_us() / 1000000) {
-                char *m = cp_printf("Input should be less than or equal to %lld (an expiry at "
-                                    "9999-12-31T23:59:59Z at the latest)",
-                                    (long long)(CP_LAST_SECOND - cp_now_us() / 1000000));
-                reply_validation(res, "less_than_equal", "body", f, m, json_object_get(v));
+                int64_t le = CP_LAST_SECOND - cp_now_us() / 1000000;
+                char *m = cp_printf("Input should be less than or equal to %lld", (long long)le);
+                reply_validation_ctx(res, "less_than_equal", "body", f, m, json_object_get(v),
+                                     cp_ctx_num("le", json_object_new_int64(le)));
                 free(m);
                 return -1;
             }
@@ -826,32 +899,42 @@ parse_create(json_object *body, create_req *c, cp_response *res)
             json_object_object_add(c->canon, f, json_object_new_boolean(json_object_get_boolean(v)));
             json_object_object_add(c->config, f, json_object_new_boolean(json_object_get_boolean(v)));
         } else if (!strcmp(f, "env_vars")) {
-            const char *keys[256];
-            size_t nk = 0;
-            json_object *canon_env = json_object_new_object(), *names = json_object_new_array();
+            const char **keys;
+            size_t nk = 0, total;
+            json_object *canon_env, *names;
             if (!json_object_is_type(v, json_type_object)) {
-                json_object_put(canon_env);
-                json_object_put(names);
                 reply_validation(res, "dict_type", "body", f, "Input should be a valid dictionary",
                                  json_object_get(v));
                 return -1;
             }
-            json_object_object_foreach(v, key, val) {
-                if (!json_object_is_type(val, json_type_string) || nk == 256 ||
-                    !env_name_ok(key)) {
-                    json_object_put(canon_env);
-                    json_object_put(names);
-                    if (!json_object_is_type(val, json_type_string))
-                        reply_validation(res, "string_type", "body", f,
-                                         "Input should be a valid string", json_object_get(val));
-                    else if (nk == 256)
-                        reply_validation(res, "too_long", "body", f,
-                                         "Dictionary should have at most 256 items", NULL);
-                    else
-                        reply_validation(res, "value_error", "body", f, ENV_NAME_RULE,
-                                         json_object_new_string(key));
+            /* In pydantic's order: each value's type, the length (at most
+             * 256), then the names (a validator after those). */
+            json_object_object_foreach(v, tk, tv) {
+                if (!json_object_is_type(tv, json_type_string)) {
+                    reply_validation_item(res, "string_type", "body", f,
+                                          json_object_new_string(tk),
+                                          "Input should be a valid string", json_object_get(tv));
                     return -1;
                 }
+            }
+            total = (size_t)json_object_object_length(v);
+            if (total > 256) {
+                reply_too_long(res, "body", f, "Dictionary", 256, total, json_object_get(v));
+                return -1;
+            }
+            json_object_object_foreach(v, nk_, nv) {
+                (void)nv;
+                if (!env_name_ok(nk_)) {
+                    reply_validation(res, "value_error", "body", f, ENV_NAME_RULE,
+                                     json_object_new_string(nk_));
+                    return -1;
+                }
+            }
+            keys = calloc(total ? total : 1, sizeof *keys);
+            canon_env = json_object_new_object();
+            names = json_object_new_array();
+            json_object_object_foreach(v, key, val) {
+                (void)val;
                 keys[nk++] = key;
             }
             qsort(keys, nk, sizeof keys[0], cmp_key);
@@ -860,6 +943,7 @@ parse_create(json_object *body, create_req *c, cp_response *res)
                 json_object_object_add(canon_env, keys[i], json_object_get(ev));
                 json_object_array_add(names, json_object_new_string(keys[i]));
             }
+            free(keys);
             json_object_object_add(c->canon, f, canon_env);
             if (nk)
                 json_object_object_add(c->config, "env_var_names", names);
@@ -1470,6 +1554,206 @@ cp_settle_abandoned(cx *x)
     return failed ? -1 : settled;
 }
 
+/* ---------------------------------------------------------------- the execute's deadline */
+
+/* The answer's deadline of an execute whose command has the timeout
+ * @cmd_timeout (seconds): the library ends the command then (SIGTERM, then
+ * SIGKILL SBX_KILL_GRACE_SECS later, each a provider call bounded by the
+ * provider timeout), so past that and the margin the provider is taken as
+ * not answering. */
+static double
+exec_deadline_secs(const cp_settings *set, double cmd_timeout)
+{
+    return cmd_timeout + SBX_KILL_GRACE_SECS + set->provider_timeout_secs;
+}
+
+/* One execute's provider call (exec_job_run()). The job owns the request's
+ * inputs (moved into it) and, when @own_ref, a reference of its own to the
+ * sandbox's handle, so that it may outlive the request. */
+typedef struct exec_job {
+    pthread_mutex_t lock;
+    pthread_cond_t cond;          /* on CLOCK_MONOTONIC */
+    int refs;                     /* the request's, and its thread's while it runs */
+    int done;
+    cp_runtimes *rt;
+    sbx_sandbox *sb;
+    int own_ref;
+    json_object *body;            /* holds the strings below */
+    const char *language, *code, *command, *cwd;
+    json_object *args;            /* NULL, or an array of strings in @body */
+    char **env;                   /* "K=V", NULL-terminated; owned */
+    unsigned char *stdin_data;    /* owned */
+    size_t stdin_len;
+    double timeout;               /* sbx_exec_request.timeout_secs */
+    sbx_result *result;           /* set once done */
+    sbx_error *error;
+} exec_job;
+
+/* A job on @sb, the handle of sandbox @id the request holds. */
+static exec_job *
+exec_job_new(cp_runtimes *rt, const char *id, sbx_sandbox *sb)
+{
+    exec_job *j = calloc(1, sizeof *j);
+    pthread_condattr_t ca;
+    sbx_sandbox *own;
+
+    if (!j)
+        return NULL;
+    pthread_mutex_init(&j->lock, NULL);
+    pthread_condattr_init(&ca);
+    pthread_condattr_setclock(&ca, CLOCK_MONOTONIC);
+    pthread_cond_init(&j->cond, &ca);
+    pthread_condattr_destroy(&ca);
+    j->refs = 1;
+    j->rt = rt;
+    j->sb = sb;
+    j->language = "python";
+    /* A reference of the job's own, unless the handle was dropped since
+     * the request took it (a termination): then the job runs only on the
+     * request's thread, under the request's reference. */
+    own = cp_runtime_get(rt, id);
+    if (own == sb)
+        j->own_ref = 1;
+    else if (own)
+        cp_runtime_unref(rt, own);
+    return j;
+}
+
+static void
+exec_job_unref(exec_job *j)
+{
+    int last;
+
+    pthread_mutex_lock(&j->lock);
+    last = --j->refs == 0;
+    pthread_mutex_unlock(&j->lock);
+    if (!last)
+        return;
+    if (j->own_ref)
+        cp_runtime_unref(j->rt, j->sb);
+    sbx_result_free(j->result);
+    sbx_error_free(j->error);
+    free(j->stdin_data);
+    for (size_t i = 0; j->env && j->env[i]; i++)
+        free(j->env[i]);
+    free(j->env);
+    json_object_put(j->body);
+    pthread_cond_destroy(&j->cond);
+    pthread_mutex_destroy(&j->lock);
+    free(j);
+}
+
+/* The call itself; marks the job done. */
+static void
+exec_job_call(exec_job *j)
+{
+    sbx_exec_request er = SBX_EXEC_REQUEST_INIT;
+    sbx_result *result = NULL;
+    sbx_error *e = NULL;
+    const char **argv = NULL;
+
+    er.stdin_data = j->stdin_data;
+    er.stdin_len = j->stdin_len;
+    er.env = (const char *const *)j->env;
+    er.cwd = j->cwd;
+    er.timeout_secs = j->timeout;
+    if (j->code) {
+        result = sbx_sandbox_execute_code(j->sb, j->language, j->code, &er, &e);
+    } else if (j->args) {
+        size_t n = json_object_array_length(j->args);
+        argv = calloc(n + 2, sizeof *argv);
+        argv[0] = j->command;
+        for (size_t i = 0; i < n; i++)
+            argv[i + 1] = json_object_get_string(json_object_array_get_idx(j->args, i));
+        er.argv = argv;
+        result = sbx_sandbox_execute_command(j->sb, &er, &e);
+    } else {
+        er.shell = j->command;
+        result = sbx_sandbox_execute_command(j->sb, &er, &e);
+    }
+    free(argv);
+    pthread_mutex_lock(&j->lock);
+    j->result = result;
+    j->error = e;
+    j->done = 1;
+    pthread_cond_broadcast(&j->cond);
+    pthread_mutex_unlock(&j->lock);
+}
+
+static void *
+exec_job_thread(void *arg)
+{
+    exec_job *j = arg;
+    cp_runtimes *rt = j->rt;
+
+    exec_job_call(j);
+    exec_job_unref(j);
+    cp_runtime_worker_end(rt);
+    return NULL;
+}
+
+/*
+ * Runs @j. With @threaded (a hosted backend, whose provider may stop
+ * answering) on a thread of its own, the request waiting for it at most
+ * @deadline seconds; otherwise on the request's thread (the local
+ * backend: the command runs on this host, and the library's own timeout
+ * ends it, SIGKILL included). Returns 1 when the deadline came first:
+ * nothing in *@result and *@error, and the thread, left to end when the
+ * provider answers or its calls' own deadlines pass, drops what it gets.
+ * Else 0, the call's result or error moved into *@result or *@error.
+ */
+static int
+exec_job_run(exec_job *j, int threaded, double deadline, sbx_result **result,
+             sbx_error **error)
+{
+    int started = 0, expired = 0;
+
+    if (threaded && j->own_ref) {
+        pthread_t t;
+        pthread_attr_t attr;
+
+        pthread_mutex_lock(&j->lock);
+        j->refs++;
+        pthread_mutex_unlock(&j->lock);
+        cp_runtime_worker_begin(j->rt);
+        pthread_attr_init(&attr);
+        pthread_attr_setdetachstate(&attr, PTHREAD_CREATE_DETACHED);
+        started = pthread_create(&t, &attr, exec_job_thread, j) == 0;
+        pthread_attr_destroy(&attr);
+        if (!started) {
+            cp_runtime_worker_end(j->rt);
+            pthread_mutex_lock(&j->lock);
+            j->refs--;
+            pthread_mutex_unlock(&j->lock);
+        }
+    }
+    if (!started) {
+        exec_job_call(j);
+    } else {
+        struct timespec ts;
+        double whole;
+
+        clock_gettime(CLOCK_MONOTONIC, &ts);
+        deadline += ts.tv_sec + ts.tv_nsec / 1e9;
+        ts.tv_nsec = (long)(modf(deadline, &whole) * 1e9);
+        ts.tv_sec = (time_t)whole;
+        pthread_mutex_lock(&j->lock);
+        while (!j->done)
+            if (pthread_cond_timedwait(&j->cond, &j->lock, &ts) == ETIMEDOUT) {
+                expired = !j->done;
+                break;
+            }
+        pthread_mutex_unlock(&j->lock);
+    }
+    if (expired)
+        return 1;
+    *result = j->result;
+    j->result = NULL;
+    *error = j->error;
+    j->error = NULL;
+    return 0;
+}
+
 static void
 h_sandbox_execute(cx *x, cp_request *req, cp_response *res)
 {
@@ -1483,7 +1767,6 @@ h_sandbox_execute(cx *x, cp_request *req, cp_response *res)
     sbx_error *e = NULL;
     char *request_id = NULL, *exe_id = NULL, now[40], lock[400], t_qty[40], t_prov[40],
          t_cust[40];
-    const char **argv = NULL;
     unsigned char *stdin_data = NULL;
     size_t stdin_len = 0;
     char **env = NULL;
@@ -1491,6 +1774,8 @@ h_sandbox_execute(cx *x, cp_request *req, cp_response *res)
     double exec_timeout = 0;
     double t0, elapsed;
     int64_t us, rate = 0, prov, cust, claimed, changed;
+    exec_job *job = NULL;
+    int deadline_expired = 0;
 
     request_id = hdr ? strdup(hdr) : cp_new_id("req");
     /* The read and the claim are one transaction (volatile: no answer
@@ -1547,9 +1832,10 @@ h_sandbox_execute(cx *x, cp_request *req, cp_response *res)
         }
         for (size_t i = 0; i < json_object_array_length(v); i++)
             if (!json_object_is_type(json_object_array_get_idx(v, i), json_type_string)) {
-                reply_validation(res, "string_type", "body", "args",
-                                 "Input should be a valid string",
-                                 json_object_get(json_object_array_get_idx(v, i)));
+                reply_validation_item(res, "string_type", "body", "args",
+                                      json_object_new_int((int)i),
+                                      "Input should be a valid string",
+                                      json_object_get(json_object_array_get_idx(v, i)));
                 goto out;
             }
         args = v;
@@ -1574,8 +1860,8 @@ h_sandbox_execute(cx *x, cp_request *req, cp_response *res)
         env = calloc(n + 1, sizeof *env);
         json_object_object_foreach(v, ek, ev) {
             if (!json_object_is_type(ev, json_type_string)) {
-                reply_validation(res, "string_type", "body", "env",
-                                 "Input should be a valid string", json_object_get(ev));
+                reply_validation_item(res, "string_type", "body", "env", json_object_new_string(ek),
+                                      "Input should be a valid string", json_object_get(ev));
                 goto out;
             }
             if (!env_name_ok(ek)) {
@@ -1595,8 +1881,9 @@ h_sandbox_execute(cx *x, cp_request *req, cp_response *res)
             goto out;
         }
         if (!(json_object_get_double(v) > 0)) {
-            reply_validation(res, "greater_than", "body", "timeout_secs",
-                             "Input should be greater than 0", json_object_get(v));
+            reply_validation_ctx(res, "greater_than", "body", "timeout_secs",
+                                 "Input should be greater than 0", json_object_get(v),
+                                 cp_ctx_num("gt", json_object_new_double(0)));
             goto out;
         }
         exec_timeout = json_object_get_double(v);
@@ -1691,26 +1978,41 @@ h_sandbox_execute(cx *x, cp_request *req, cp_response *res)
     cx_release(x);
     t0 = cp_mono();
     {
-        sbx_exec_request er = SBX_EXEC_REQUEST_INIT;
-        er.stdin_data = stdin_data;
-        er.stdin_len = stdin_len;
-        er.env = (const char *const *)env;
-        er.cwd = cwd;
-        er.timeout_secs = exec_timeout;
-        if (code) {
-            result = sbx_sandbox_execute_code(sb, language, code, &er, &e);
-        } else if (args) {
-            size_t n = json_object_array_length(args);
-            argv = calloc(n + 2, sizeof *argv);
-            argv[0] = command;
-            for (size_t i = 0; i < n; i++)
-                argv[i + 1] = json_object_get_string(json_object_array_get_idx(args, i));
-            er.argv = argv;
-            result = sbx_sandbox_execute_command(sb, &er, &e);
-        } else {
-            er.shell = command;
-            result = sbx_sandbox_execute_command(sb, &er, &e);
+        /* The command's own timeout: timeout_secs, else what is left of
+         * the sandbox's lifetime (the library's default), else the
+         * server's (BESPOKE_EXECUTE_TIMEOUT_SECS); the answer's deadline
+         * is that plus the margin (exec_deadline_secs()). */
+        const char *exp = store_cell(r, 0, "sandbox_expires_at");
+        double cmd_timeout = exec_timeout;
+        int64_t exp_us;
+        if (!(cmd_timeout > 0)) {
+            if (exp && cp_parse_iso(exp, &exp_us) == 0) {
+                cmd_timeout = (double)(exp_us - cp_now_us()) / 1e6;
+                if (cmd_timeout < 1)
+                    cmd_timeout = 1;
+            } else {
+                cmd_timeout = exec_timeout = x->set->execute_timeout_secs;
+            }
         }
+        job = exec_job_new(cp_server_runtimes(x->srv), id, sb);
+        if (!job)
+            goto internal;
+        /* The inputs move into the job, which may outlive the request. */
+        job->body = body;
+        body = NULL;
+        job->language = language;
+        job->code = code;
+        job->command = command;
+        job->cwd = cwd;
+        job->args = args;
+        job->env = env;
+        env = NULL;
+        job->stdin_data = stdin_data;
+        stdin_data = NULL;
+        job->stdin_len = stdin_len;
+        job->timeout = exec_timeout;
+        deadline_expired = exec_job_run(job, strcmp(store_cell(r, 0, "backend"), "local") != 0,
+                                        exec_deadline_secs(x->set, cmd_timeout), &result, &e);
     }
     elapsed = cp_mono() - t0;
     us = (int64_t)(elapsed * 1e6 + 0.5);
@@ -1763,8 +2065,15 @@ h_sandbox_execute(cx *x, cp_request *req, cp_response *res)
         res->raw = strdup(text);
         res->outbox = 1;
     } else {
-        int st = 502;
-        json_object *payload = provider_payload(e, store_cell(r, 0, "backend"), "execute", &st);
+        int st = 504;
+        /* Past its deadline: the provider's timeout, the outcome unknown
+         * (the command may have run, or still run) and so not retryable,
+         * as the contract has it for a create whose outcome is unknown. */
+        json_object *payload = deadline_expired
+                                   ? error_payload("timeout", store_cell(r, 0, "backend"),
+                                                   "execute", 0, 1, NULL)
+                                   : provider_payload(e, store_cell(r, 0, "backend"), "execute",
+                                                      &st);
         const char *ptext = json_object_to_json_string_ext(payload, JSON_C_TO_STRING_PLAIN);
         json_object_put(usage);
         if (tx_begin(x, lock) < 0 ||
@@ -1799,10 +2108,11 @@ out:
         tx_rollback(x);
     if (sb)
         cp_runtime_unref(cp_server_runtimes(x->srv), sb);
+    if (job)
+        exec_job_unref(job);
     sbx_result_free(result);
     sbx_error_free(e);
     json_object_put(out);
-    free(argv);
     free(stdin_data);
     for (size_t i = 0; env && env[i]; i++)
         free(env[i]);

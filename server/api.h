@@ -49,7 +49,8 @@ void tx_rollback(cx *x);
 void reply_internal(cp_response *res);
 /* 422 with a FastAPI-style validation list of one item: {"type": @type,
  * "loc": [@where, @field], "msg": @msg, "input": @input} (@field left out
- * when NULL; @input taken, NULL is JSON null). */
+ * when NULL; @input taken, NULL is JSON null); a value_error carries
+ * "ctx": {"error": {}}, as FastAPI writes a ValueError's. */
 void reply_validation(cp_response *res, const char *type, const char *where,
                       const char *field, const char *msg, json_object *input);
 /* The same item with @loc, a JSON array of the path to the value (keys
@@ -57,6 +58,30 @@ void reply_validation(cp_response *res, const char *type, const char *where,
  * (taken). */
 void reply_validation_at(cp_response *res, const char *type, json_object *loc,
                          const char *msg, json_object *input, json_object *ctx);
+
+/* reply_validation() with "ctx": @ctx (taken; NULL: none). */
+void reply_validation_ctx(cp_response *res, const char *type, const char *where,
+                          const char *field, const char *msg, json_object *input,
+                          json_object *ctx);
+/* An item of a list or dict field: "loc": [@where, @field, @item] (@item,
+ * an index or a key, taken). */
+void reply_validation_item(cp_response *res, const char *type, const char *where,
+                           const char *field, json_object *item, const char *msg,
+                           json_object *input);
+/* {@name: @value} (@value taken): a constraint's ctx ({"gt": 0}). */
+json_object *cp_ctx_num(const char *name, json_object *value);
+/* pydantic's too_long of a @field_type ("List", "Dictionary") field with
+ * at most @max items and @actual: "{T} should have at most N items after
+ * validation, not M", ctx {field_type, max_length, actual_length}; @input
+ * taken. */
+void reply_too_long(cp_response *res, const char *where, const char *field,
+                    const char *field_type, size_t max, size_t actual, json_object *input);
+/* pydantic's datetime_from_date_parsing of the text @text (a string that
+ * cp_parse_iso() refused as invalid): "Input should be a valid datetime or
+ * date, E", ctx {"error": E} with E its parser's words for the date
+ * (cp_iso_error()); @input taken. */
+void reply_datetime_parsing(cp_response *res, const char *where, const char *field,
+                            const char *text, json_object *input);
 
 /* auth.c: resolves the request's principal into req->who; on failure fills
  * @res (401, or 500 when the store failed) and returns -1. The two steps

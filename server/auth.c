@@ -360,16 +360,20 @@ h_keys_create(cx *x, cp_request *req, cp_response *res)
         for (size_t i = 0; i < json_object_array_length(v); i++) {
             json_object *s = json_object_array_get_idx(v, i);
             if (!json_object_is_type(s, json_type_string)) {
-                reply_validation(res, "string_type", "body", "scopes",
-                                 "Input should be a valid string", json_object_get(s));
+                reply_validation_item(res, "string_type", "body", "scopes",
+                                      json_object_new_int((int)i),
+                                      "Input should be a valid string", json_object_get(s));
                 goto out;
             }
-            if (n == sizeof list / sizeof list[0]) {
-                cp_reply_detail(res, 422, "too many API-key scopes");
-                goto out;
-            }
-            list[n++] = json_object_get_string(s);
         }
+        /* At most 64 (pydantic's too_long of a list with max_length). */
+        if (json_object_array_length(v) > sizeof list / sizeof list[0]) {
+            reply_too_long(res, "body", "scopes", "List", sizeof list / sizeof list[0],
+                           json_object_array_length(v), json_object_get(v));
+            goto out;
+        }
+        for (size_t i = 0; i < json_object_array_length(v); i++)
+            list[n++] = json_object_get_string(json_object_array_get_idx(v, i));
         if (n == 0) {
             cp_reply_detail(res, 422, "at least one API-key scope is required");
             goto out;
@@ -394,8 +398,12 @@ h_keys_create(cx *x, cp_request *req, cp_response *res)
         }
         if (rc < 0) {
             json_object_put(scopes);
-            reply_validation(res, "datetime_from_date_parsing", "body", "expires_at",
-                             "Input should be a valid datetime", json_object_get(v));
+            if (json_object_is_type(v, json_type_string))
+                reply_datetime_parsing(res, "body", "expires_at", json_object_get_string(v),
+                                       json_object_get(v));
+            else
+                reply_validation(res, "datetime_type", "body", "expires_at",
+                                 "Input should be a valid datetime", json_object_get(v));
             goto out;
         }
         cp_iso(us, expires, sizeof expires);

@@ -25,6 +25,15 @@
  *   BESPOKE_ALLOWED_BACKENDS             comma list (default: every
  *                                        installed backend), read at start
  *   BESPOKE_CUSTOMER_MARKUP              decimal >= 0 (default 1)
+ *   BESPOKE_PROVIDER_TIMEOUT_SECS        the deadline of each provider call
+ *                                        (create, terminate, reattach, an
+ *                                        execute's steps; 120; 1..3600)
+ *   BESPOKE_EXECUTE_TIMEOUT_SECS         the timeout of a command with none
+ *                                        of its own on a sandbox without a
+ *                                        lifetime (3600; 1..86400); an
+ *                                        execute on a hosted backend is
+ *                                        answered by its timeout + 2 s +
+ *                                        the provider timeout (server/api.c)
  *   BESPOKE_SESSION_COOKIE_SECURE        "0" drops the cookie's Secure
  *   HOST, PORT                           127.0.0.1, 8000 (PORT=0: any
  *                                        free port)
@@ -228,7 +237,11 @@ read_settings(cp_settings *s)
         env_secs("SBX_SERVER_EXECUTE_GRACE_SECS", 60, 0, 86400, "0 to 86400",
                  &s->execute_grace_secs) < 0 ||
         env_secs("SBX_SERVER_STOP_GRACE_SECS", 30, 0, 3600, "0 to 3600",
-                 &s->stop_grace_secs) < 0)
+                 &s->stop_grace_secs) < 0 ||
+        env_secs("BESPOKE_PROVIDER_TIMEOUT_SECS", 120, 1, 3600, "1 to 3600",
+                 &s->provider_timeout_secs) < 0 ||
+        env_secs("BESPOKE_EXECUTE_TIMEOUT_SECS", 3600, 1, 86400, "1 to 86400",
+                 &s->execute_timeout_secs) < 0)
         return -1;
     v = getenv("SBX_SERVER_CONNECTIONS");
     s->connections = 256;
@@ -395,7 +408,11 @@ main(int argc, char **argv)
         _exit(1);
     }
     meter_outbox_stop(srv.meter);
-    cp_runtimes_free(srv.rt);
+    /* An execute answered at its deadline may have left its provider call
+     * running on a thread of its own (server/api.c): its handle and client
+     * stay then, until the process ends. */
+    if (!cp_runtimes_busy(srv.rt))
+        cp_runtimes_free(srv.rt);
     store_close(srv.st);
     free_settings(&srv.set);
     return 0;

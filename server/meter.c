@@ -690,8 +690,7 @@ window_arg(const cp_request *req, cp_response *res, const char *name, int64_t *o
         return -1;
     }
     if (rc < 0) {
-        reply_validation(res, "datetime_from_date_parsing", "query", name,
-                         "Input should be a valid datetime", json_object_new_string(v));
+        reply_datetime_parsing(res, "query", name, v, json_object_new_string(v));
         return -1;
     }
     *have = 1;

@@ -33,6 +33,7 @@ struct cp_runtimes {
     size_t nclients;
     rt_sandbox **sandboxes;
     size_t nsandboxes, cap;
+    unsigned workers;             /* provider calls on threads of their own */
 };
 
 cp_runtimes *
@@ -106,6 +107,12 @@ cp_runtime_client(cp_runtimes *rt, const char *backend, sbx_error **error)
             c = rt->clients[i].client;
     if (!c) {
         c = sbx_client_new_with_mode(backend, SBX_PLUGIN_MODE_DEFAULT, error);
+        /* Every provider call gets the deadline (before any other thread
+         * can use the client): see cp_runtime_client() in server.h. */
+        if (c && sbx_client_set_call_timeout(c, rt->settings->provider_timeout_secs, error) < 0) {
+            sbx_client_free(c);
+            c = NULL;
+        }
         if (c) {
             rt->clients = realloc(rt->clients, (rt->nclients + 1) * sizeof *rt->clients);
             rt->clients[rt->nclients].backend = strdup(backend);
@@ -215,4 +222,31 @@ cp_runtime_drop(cp_runtimes *rt, const char *id)
         release_at(rt, at);
     }
     pthread_mutex_unlock(&rt->lock);
+}
+
+void
+cp_runtime_worker_begin(cp_runtimes *rt)
+{
+    pthread_mutex_lock(&rt->lock);
+    rt->workers++;
+    pthread_mutex_unlock(&rt->lock);
+}
+
+void
+cp_runtime_worker_end(cp_runtimes *rt)
+{
+    pthread_mutex_lock(&rt->lock);
+    rt->workers--;
+    pthread_mutex_unlock(&rt->lock);
+}
+
+unsigned
+cp_runtimes_busy(cp_runtimes *rt)
+{
+    unsigned n;
+
+    pthread_mutex_lock(&rt->lock);
+    n = rt->workers;
+    pthread_mutex_unlock(&rt->lock);
+    return n;
 }

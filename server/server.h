@@ -41,6 +41,10 @@ typedef struct cp_settings {
                                    * past its deadline a running execution's claim holds */
     double stop_grace_secs;       /* SBX_SERVER_STOP_GRACE_SECS (default 30): how long a stop
                                    * waits for the requests in flight */
+    double provider_timeout_secs; /* BESPOKE_PROVIDER_TIMEOUT_SECS (default 120): the deadline
+                                   * of each provider call (runtime.c) */
+    double execute_timeout_secs;  /* BESPOKE_EXECUTE_TIMEOUT_SECS (default 3600): the timeout
+                                   * of a command that has none of its own (api.c) */
 } cp_settings;
 
 /* The server: settings, store, runtimes. One per process. */
@@ -122,8 +126,9 @@ cp_runtimes *cp_runtimes_new(const cp_settings *settings);
 void cp_runtimes_free(cp_runtimes *rt);
 /* 1 when @backend is enabled. */
 int cp_backend_enabled(const cp_runtimes *rt, const char *backend);
-/* The client of @backend (made on first use, then shared); NULL with
- * *@error. */
+/* The client of @backend (made on first use, then shared), every call of
+ * which has the deadline BESPOKE_PROVIDER_TIMEOUT_SECS
+ * (sbx_client_set_call_timeout()); NULL with *@error. */
 sbx_client *cp_runtime_client(cp_runtimes *rt, const char *backend, sbx_error **error);
 /* Remembers @sandbox as the runtime of @id (takes it). */
 void cp_runtime_put(cp_runtimes *rt, const char *id, sbx_sandbox *sandbox);
@@ -133,6 +138,14 @@ sbx_sandbox *cp_runtime_get(cp_runtimes *rt, const char *id);
 void cp_runtime_unref(cp_runtimes *rt, sbx_sandbox *sandbox);
 /* Forgets the runtime of @id (freed when its last reference goes). */
 void cp_runtime_drop(cp_runtimes *rt, const char *id);
+
+/* A provider call running on a thread of its own (an execute answered at
+ * its deadline may leave one running: server/api.c) begins and ends;
+ * cp_runtimes_busy() counts those running, whose handles and clients must
+ * not be freed. Thread-safe. */
+void cp_runtime_worker_begin(cp_runtimes *rt);
+void cp_runtime_worker_end(cp_runtimes *rt);
+unsigned cp_runtimes_busy(cp_runtimes *rt);
 
 /* cp_server's runtimes (main.c). */
 cp_runtimes *cp_server_runtimes(const cp_server *srv);

@@ -103,6 +103,47 @@ digits(const char **p, int n, int *out)
     return 0;
 }
 
+/* What is wrong with the date at the start of @text (pydantic's parser's
+ * words, cp_iso_error()), or NULL when it is a date. */
+static const char *
+date_error(const char *text)
+{
+    static const int mdays[] = { 31, 28, 31, 30, 31, 30, 31, 31, 30, 31, 30, 31 };
+    const unsigned char *t = (const unsigned char *)text;
+    int Y, M, D, max;
+
+    if (strlen(text) < 10)
+        return "input is too short";
+    for (int i = 0; i < 4; i++)
+        if (!isdigit(t[i]))
+            return "invalid character in year";
+    if (t[4] != '-')
+        return "invalid date separator, expected `-`";
+    if (!isdigit(t[5]) || !isdigit(t[6]))
+        return "invalid character in month";
+    if (t[7] != '-')
+        return "invalid date separator, expected `-`";
+    if (!isdigit(t[8]) || !isdigit(t[9]))
+        return "invalid character in day";
+    Y = (t[0] - '0') * 1000 + (t[1] - '0') * 100 + (t[2] - '0') * 10 + (t[3] - '0');
+    M = (t[5] - '0') * 10 + (t[6] - '0');
+    D = (t[8] - '0') * 10 + (t[9] - '0');
+    if (M < 1 || M > 12)
+        return "month value is outside expected range of 1-12";
+    max = mdays[M - 1] + (M == 2 && Y % 4 == 0 && (Y % 100 != 0 || Y % 400 == 0));
+    if (D < 1 || D > max)
+        return "day value is outside expected range";
+    return NULL;
+}
+
+const char *
+cp_iso_error(const char *text)
+{
+    const char *e = date_error(text);
+
+    return e ? e : "unexpected extra characters at the end of the input";
+}
+
 int
 cp_parse_iso(const char *text, int64_t *us)
 {
@@ -160,6 +201,10 @@ cp_parse_iso(const char *text, int64_t *us)
     if (*p)
         return -1;
     if (M < 1 || M > 12 || D < 1 || D > 31 || h > 23 || m > 59 || s > 60)
+        return -1;
+    /* A day the month has (pydantic refuses 02-30; timegm would make it
+     * March). */
+    if (date_error(text))
         return -1;
     if (!have_tz)
         return -2;

@@ -30,6 +30,14 @@ void cp_now_iso(char *buf, size_t cap);
  * "....123Z", a space instead of "T") into microseconds since the epoch.
  * Returns 0, -1 when it is not one, -2 when it has no time zone. */
 int cp_parse_iso(const char *text, int64_t *us);
+/* Why @text, which cp_parse_iso() refused as invalid, is no date-time, in
+ * the words of pydantic's parser (speedate) for the date it tries last:
+ * "input is too short", "invalid character in year", "invalid date
+ * separator, expected `-`", "invalid character in month" or "day", "month
+ * value is outside expected range of 1-12", "day value is outside expected
+ * range", else "unexpected extra characters at the end of the input". A
+ * static string. */
+const char *cp_iso_error(const char *text);
 
 /* "<prefix>_" + 32 hex digits of a random UUIDv4, as the reference's ids. */
 char *cp_new_id(const char *prefix);

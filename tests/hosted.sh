@@ -12,7 +12,9 @@
 # tests/modal.sh, tests/ray.sh, tests/runpod.sh, tests/remote.sh,
 # tests/kubernetes.sh) is what TESTS runs. For remote the server is no fake but the build's
 # sbx-server, over its local backend, reached with a product key of an
-# organization made at start.
+# organization made at start; its store is SQLite, or PostgreSQL when
+# SBX_TEST_CP_PG_URL names a server (a database of its own made there;
+# tests/test_remote alone then, see the suites below).
 #
 # Modes: SBX_CLOUD_MODES, "outofprocess inprocess" by default. When both run,
 # the slow cases (*_slow) run only out of process; scripts/test runs
@@ -100,10 +102,28 @@ if [ "$backend" = remote ]; then
         sleep 0.05
     done
     e2b_url="http://127.0.0.1:$(sed -n 's/^PORT //p' "$dir/e2b-port")"
+    # The store: SQLite in the run's directory; with SBX_TEST_CP_PG_URL (a
+    # PostgreSQL server, as scripts/test's pg_phase starts one) a database
+    # of its own there, made now and dropped with the run's directory.
+    cp_db="$dir/cp.db"
+    if [ -n "${SBX_TEST_CP_PG_URL:-}" ]; then
+        pg_db=sbxremote_$$_$(date +%s)
+        if ! psql -X -q -v ON_ERROR_STOP=1 "$SBX_TEST_CP_PG_URL" \
+                -c "CREATE DATABASE $pg_db" >"$dir/psql.log" 2>&1; then
+            echo "Bail out! cannot make a PostgreSQL database: $(cat "$dir/psql.log")"
+            pg_db=
+            kill "$upstream_pid" 2>/dev/null
+            rm -rf "$dir"
+            exit 99
+        fi
+        # The URL with its database replaced (its query kept).
+        cp_db=$(printf '%s' "$SBX_TEST_CP_PG_URL" |
+                    sed -E "s#^([A-Za-z]+://[^/?]*)(/[^?]*)?#\1/$pg_db#")
+    fi
     SBX_TEST_CP_ADMIN_TOKEN=sbx-test-admin-$$
     env BESPOKE_API_KEY_PEPPER=sbx-test-pepper-$$ \
         BESPOKE_CONTROL_PLANE_ADMIN_TOKEN=$SBX_TEST_CP_ADMIN_TOKEN \
-        BESPOKE_CONTROL_PLANE_DB="$dir/cp.db" BESPOKE_ALLOWED_BACKENDS=local,docker,e2b \
+        BESPOKE_CONTROL_PLANE_DB="$cp_db" BESPOKE_ALLOWED_BACKENDS=local,docker,e2b \
         DOCKER_HOST="unix://$dir/no-docker.sock" HOST=127.0.0.1 PORT=0 \
         E2B_API_URL="$e2b_url" E2B_SANDBOX_URL="$e2b_url" E2B_API_KEY=sbx-test-dummy-key \
         SBX_PLUGIN_PATH="$PWD/plugins/local/.libs:$PWD/plugins/docker/.libs:$PWD/plugins/cloud/e2b/.libs" \
@@ -149,6 +169,10 @@ for sb in json.load(urllib.request.urlopen(rq, timeout=30)):
     if [ -n "$upstream_pid" ]; then
         kill "$upstream_pid" 2>/dev/null
         wait "$upstream_pid" 2>/dev/null
+    fi
+    if [ -n "${pg_db:-}" ]; then
+        psql -X -q "$SBX_TEST_CP_PG_URL" -c "DROP DATABASE IF EXISTS $pg_db WITH (FORCE)" \
+            >/dev/null 2>&1 || echo "# the PostgreSQL database $pg_db was not dropped"
     fi
     rm -rf "$dir"
 }
@@ -278,9 +302,10 @@ print(json.load(urllib.request.urlopen(rq, timeout=30))["api_key"]["secret"])' \
         "$url" "$SBX_TEST_CP_ADMIN_TOKEN") ||
         { echo "Bail out! the control plane did not make an organization"; exit 99; }
     BESPOKE_SANDBOX_URL=$url BESPOKE_SANDBOX_BACKEND=local
-    # The server's SQLite store: tests/test_remote makes the server fail
-    # one statement there (a trigger) for its 500 answers.
-    SBX_TEST_CP_DB=$dir/cp.db
+    # The server's store (its SQLite file or its PostgreSQL URL):
+    # tests/test_remote makes the server fail one statement there (a
+    # trigger) for its 500 answers.
+    SBX_TEST_CP_DB=$cp_db
     export BESPOKE_SANDBOX_URL BESPOKE_SANDBOX_KEY BESPOKE_SANDBOX_BACKEND SBX_TEST_CP_ADMIN_TOKEN \
         SBX_TEST_CP_DB ;;
 runpod)
@@ -326,7 +351,19 @@ for mode in $modes; do
         [ "$mode" = outofprocess ] || [ -n "${CRITERION_TEST_PATTERN:-}" ] ||
             filter='--filter=*/!(*_slow)' ;;
     esac
-    for prog in ${SBX_CLOUD_SUITES:-tests/test_conformance tests/test_cases tests/test_state tests/test_$backend $terminal}; do
+    suites="tests/test_conformance tests/test_cases tests/test_state tests/test_$backend $terminal"
+    # On PostgreSQL the remote backend runs tests/test_remote alone: what
+    # the store decides (the idempotency reservation and the create's
+    # record, the execution's claim and its replays, a failed execute's
+    # stored payload, the records list_owned and gc read, a store that
+    # fails a statement) is what that program drives through the server,
+    # and tests/test_server runs whole on both stores. The backend-neutral
+    # suites drive the same few statements (a create, executes, a
+    # terminate) through the same code; what they add is the plugin's and
+    # the sandbox's behaviour, which does not depend on the store, so
+    # running them twice would double the time for nothing.
+    [ "$backend" = remote ] && [ -n "${SBX_TEST_CP_PG_URL:-}" ] && suites=tests/test_remote
+    for prog in ${SBX_CLOUD_SUITES:-$suites}; do
         if [ ! -x "./$prog" ]; then
             echo "Bail out! $prog not found (run from the build directory)"
             exit 99

@@ -13,8 +13,8 @@
  *    image) and as a validation list (the body changed on the wire), 502
  *    and 504 with a provider payload (docker with no engine; e2b whose
  *    fake answers 504), 500 (the server's store failing one statement: a
- *    trigger in its SQLite file) on create and on execute, and a server
- *    that does not answer (connection);
+ *    trigger in its store, SQLite or PostgreSQL) on create and on
+ *    execute, and a server that does not answer (connection);
  *  - a create and an execute whose answers are lost on the wire are sent
  *    again with the same idempotency key, and the server makes one sandbox
  *    and runs the command once (its list and the command's own file count),
@@ -60,6 +60,9 @@
 
 #include <curl/curl.h>
 #include <json-c/json.h>
+#ifdef SBX_TEST_HAVE_LIBPQ
+#include <libpq-fe.h>
+#endif
 #include <sqlite3.h>
 
 #include <sbx/sbx.h>
@@ -580,13 +583,27 @@ Test(remote, provider_timeout_is_its_payload_504)
     sbx_client_free(c);
 }
 
-/* Runs @sql on the server's own SQLite store (SBX_TEST_CP_DB). */
+/* Runs @sql on the server's own store (SBX_TEST_CP_DB: its SQLite file, or
+ * the postgresql:// URL of its database). */
 static void cp_db(const char *sql)
 {
     const char *path = getenv("SBX_TEST_CP_DB");
+    cr_assert_not_null(path, "run by tests/remote.sh");
+    if (!strncmp(path, "postgres", 8)) {
+#ifndef SBX_TEST_HAVE_LIBPQ
+        cr_assert_fail("a PostgreSQL store, and this build has no libpq");
+#else
+        PGconn *c = PQconnectdb(path);
+        cr_assert(PQstatus(c) == CONNECTION_OK, "%s", PQerrorMessage(c));
+        PGresult *r = PQexec(c, sql);
+        cr_assert_eq(PQresultStatus(r), PGRES_COMMAND_OK, "%s: %s", sql, PQerrorMessage(c));
+        PQclear(r);
+        PQfinish(c);
+        return;
+#endif
+    }
     sqlite3 *db = NULL;
     char *msg = NULL;
-    cr_assert_not_null(path, "run by tests/remote.sh");
     cr_assert_eq(sqlite3_open_v2(path, &db, SQLITE_OPEN_READWRITE, NULL), SQLITE_OK);
     sqlite3_busy_timeout(db, 30000);
     cr_assert_eq(sqlite3_exec(db, sql, NULL, NULL, &msg), SQLITE_OK, "%s: %s", sql,
@@ -594,21 +611,50 @@ static void cp_db(const char *sql)
     sqlite3_close(db);
 }
 
+/* Makes the server's store refuse a row inserted into @table when @cond
+ * (SQL on NEW) holds: a trigger @name, in the store's own dialect. */
+static void cp_db_refuse_insert(const char *name, const char *table, const char *cond)
+{
+    char *sql;
+    if (!strncmp(getenv("SBX_TEST_CP_DB") ? getenv("SBX_TEST_CP_DB") : "", "postgres", 8))
+        sql = tu_strdup_printf("CREATE FUNCTION %s() RETURNS trigger LANGUAGE plpgsql AS $$"
+                               " BEGIN IF %s THEN RAISE EXCEPTION 'test: refused'; END IF;"
+                               " RETURN NEW; END $$;"
+                               " CREATE TRIGGER %s BEFORE INSERT ON %s FOR EACH ROW"
+                               " EXECUTE FUNCTION %s();", name, cond, name, table, name);
+    else
+        sql = tu_strdup_printf("CREATE TRIGGER %s BEFORE INSERT ON %s WHEN %s"
+                               " BEGIN SELECT RAISE(ABORT, 'test: refused'); END;",
+                               name, table, cond);
+    cp_db(sql);
+    free(sql);
+}
+
+static void cp_db_drop_trigger(const char *name, const char *table)
+{
+    char *sql;
+    if (!strncmp(getenv("SBX_TEST_CP_DB") ? getenv("SBX_TEST_CP_DB") : "", "postgres", 8))
+        sql = tu_strdup_printf("DROP TRIGGER %s ON %s; DROP FUNCTION %s();", name, table, name);
+    else
+        sql = tu_strdup_printf("DROP TRIGGER %s;", name);
+    cp_db(sql);
+    free(sql);
+}
+
 Test(remote, server_500_on_create_is_connection_with_outcome_unknown)
 {
     /* The server cannot record the create (its INSERT fails): 500
      * "Internal control-plane error.", a server fault whose effect the
      * client cannot know. No re-sends, so the one answer is the error. */
-    cp_db("CREATE TRIGGER test_fail_create BEFORE INSERT ON sandboxes"
-          " WHEN NEW.idempotency_key = 'sbx-test-500-create'"
-          " BEGIN SELECT RAISE(ABORT, 'test: no create'); END;");
+    cp_db_refuse_insert("test_fail_create", "sandboxes",
+                        "NEW.idempotency_key = 'sbx-test-500-create'");
     sbx_client *c = client_with("{\"retries\":0}");
     sbx_options *o = sbx_options_new();
     cr_assert_eq(sbx_options_set_backend_options(
                      o, "{\"idempotency_key\":\"sbx-test-500-create\"}", NULL), 0);
     int before = count_sandboxes(NULL);
     sbx_error *err = create_fails(c, o);
-    cp_db("DROP TRIGGER test_fail_create;");
+    cp_db_drop_trigger("test_fail_create", "sandboxes");
     tu_assert_error(err, SBX_ERROR_CONNECTION,
                     "create the sandbox: Internal control-plane error. (HTTP 500)", NULL);
     cr_assert_str_eq(sbx_error_get0_op(err), "create");
@@ -626,18 +672,15 @@ Test(remote, server_500_on_execute_is_connection_with_outcome_unknown)
     /* The server cannot claim the execution (its INSERT into executions
      * fails for this sandbox): 500 on every send of the request. */
     g_sb = tu_create(g_client, NULL);
-    char *sql = tu_strdup_printf("CREATE TRIGGER test_fail_execute BEFORE INSERT ON executions"
-                                 " WHEN NEW.sandbox_id = '%s'"
-                                 " BEGIN SELECT RAISE(ABORT, 'test: no claim'); END;",
-                                 sbx_sandbox_get0_id(g_sb));
-    cp_db(sql);
-    free(sql);
+    char *cond = tu_strdup_printf("NEW.sandbox_id = '%s'", sbx_sandbox_get0_id(g_sb));
+    cp_db_refuse_insert("test_fail_execute", "executions", cond);
+    free(cond);
     sbx_error *err = NULL;
     const char *argv[] = { "true", NULL };
     sbx_exec_request rq = SBX_EXEC_REQUEST_INIT;
     rq.argv = argv;
     sbx_result *res = sbx_sandbox_execute_command(g_sb, &rq, &err);
-    cp_db("DROP TRIGGER test_fail_execute;");
+    cp_db_drop_trigger("test_fail_execute", "executions");
     cr_assert_null(res);
     tu_assert_error(err, SBX_ERROR_CONNECTION,
                     "run the command: Internal control-plane error. (HTTP 500)", NULL);
@@ -1300,7 +1343,7 @@ Test(remote, cli_costs_prints_the_servers_costs)
     const char *garbled[] = { "--remote", url, "costs", "--until", "soon", NULL };
     cr_assert_eq(cli(state, garbled, &out, &err), 125);
     cr_assert_str_eq(err, "sbx: costs: the control plane refused: --until \"soon\": Input "
-                          "should be a valid datetime (HTTP 422)\n");
+                          "should be a valid datetime or date, input is too short (HTTP 422)\n");
     free(out);
     free(err);
 

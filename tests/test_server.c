@@ -9,7 +9,9 @@
  * the metering outbox (each answered execute metered once, as answered,
  * also when its server is SIGKILLed right after the answer), provider
  * failures of terminate and execute (the e2b contract fake, its faults set
- * at run time), and the cases CASE-07, CASE-17, CASE-36 and CASE-38.
+ * at run time), a provider that does not answer (create, execute and
+ * terminate answered 504 within BESPOKE_PROVIDER_TIMEOUT_SECS and the
+ * execute's margin), and the cases CASE-07, CASE-17, CASE-36 and CASE-38.
  *
  * The store is SQLite, or PostgreSQL when SBX_TEST_CP_PG_URL is set
  * (scripts/test runs this program both ways; tests/cputil.h).
@@ -688,6 +690,138 @@ Test(server, session)
     free(id);
 }
 
+/* Each 422 item of a constraint is pydantic v2's for it, as FastAPI sends
+ * it (CONTROL-PLANE.md §0): type, loc (an item's index or key too), msg,
+ * input and ctx ({"gt"}, {"le"}, too_long's {field_type, max_length,
+ * actual_length}, datetime_from_date_parsing's {"error"}, and a
+ * ValueError's {"error": {}}). */
+Test(server, validation_items_are_pydantics)
+{
+    static const char *const cases[][4] = {
+        /* method, path ("X": the sandbox's execute), body, the answer */
+        { "POST", "/v1/sandboxes", "{\"backend\":\"local\",\"cpu\":0}",
+          "{\"detail\":[{\"type\":\"greater_than\",\"loc\":[\"body\",\"cpu\"],\"msg\":\"Input "
+          "should be greater than 0\",\"input\":0,\"ctx\":{\"gt\":0.0}}]}" },
+        { "POST", "/v1/sandboxes", "{\"backend\":\"local\",\"cpu\":-1.5}",
+          "{\"detail\":[{\"type\":\"greater_than\",\"loc\":[\"body\",\"cpu\"],\"msg\":\"Input "
+          "should be greater than 0\",\"input\":-1.5,\"ctx\":{\"gt\":0.0}}]}" },
+        { "POST", "/v1/sandboxes", "{\"backend\":\"local\",\"memory_mb\":-1}",
+          "{\"detail\":[{\"type\":\"greater_than\",\"loc\":[\"body\",\"memory_mb\"],\"msg\":"
+          "\"Input should be greater than 0\",\"input\":-1,\"ctx\":{\"gt\":0}}]}" },
+        { "POST", "/v1/sandboxes", "{\"backend\":\"local\",\"disk_mb\":0}",
+          "{\"detail\":[{\"type\":\"greater_than\",\"loc\":[\"body\",\"disk_mb\"],\"msg\":"
+          "\"Input should be greater than 0\",\"input\":0,\"ctx\":{\"gt\":0}}]}" },
+        { "POST", "/v1/sandboxes", "{\"backend\":\"local\",\"timeout_secs\":0}",
+          "{\"detail\":[{\"type\":\"greater_than\",\"loc\":[\"body\",\"timeout_secs\"],\"msg\":"
+          "\"Input should be greater than 0\",\"input\":0,\"ctx\":{\"gt\":0}}]}" },
+        { "POST", "/v1/sandboxes", "{\"backend\":\"local\",\"env_vars\":{\"A\":\"x\",\"B\":5}}",
+          "{\"detail\":[{\"type\":\"string_type\",\"loc\":[\"body\",\"env_vars\",\"B\"],\"msg\":"
+          "\"Input should be a valid string\",\"input\":5}]}" },
+        { "POST", "/v1/sandboxes", "{\"backend\":\"local\",\"env_vars\":{\"A=B\":\"x\"}}",
+          "{\"detail\":[{\"type\":\"value_error\",\"loc\":[\"body\",\"env_vars\"],\"msg\":"
+          "\"Value error, an environment variable name must not be empty or contain '='\","
+          "\"input\":\"A=B\",\"ctx\":{\"error\":{}}}]}" },
+        { "POST", "X", "{\"command\":\"true\",\"timeout_secs\":0}",
+          "{\"detail\":[{\"type\":\"greater_than\",\"loc\":[\"body\",\"timeout_secs\"],\"msg\":"
+          "\"Input should be greater than 0\",\"input\":0,\"ctx\":{\"gt\":0.0}}]}" },
+        { "POST", "X", "{\"command\":\"true\",\"args\":[\"a\",1]}",
+          "{\"detail\":[{\"type\":\"string_type\",\"loc\":[\"body\",\"args\",1],\"msg\":"
+          "\"Input should be a valid string\",\"input\":1}]}" },
+        { "POST", "X", "{\"command\":\"true\",\"env\":{\"A\":[]}}",
+          "{\"detail\":[{\"type\":\"string_type\",\"loc\":[\"body\",\"env\",\"A\"],\"msg\":"
+          "\"Input should be a valid string\",\"input\":[]}]}" },
+        { "POST", "X", "{\"command\":\"true\",\"env\":{\"=\":\"x\"}}",
+          "{\"detail\":[{\"type\":\"value_error\",\"loc\":[\"body\",\"env\"],\"msg\":"
+          "\"Value error, an environment variable name must not be empty or contain '='\","
+          "\"input\":\"=\",\"ctx\":{\"error\":{}}}]}" },
+        { "POST", "X", "{\"language\":\"python\"}",
+          "{\"detail\":[{\"type\":\"value_error\",\"loc\":[\"body\"],\"msg\":\"Value error, "
+          "provide exactly one of code or command\",\"input\":{\"language\":\"python\"},"
+          "\"ctx\":{\"error\":{}}}]}" },
+        { "POST", "X", "{\"command\":\"true\",\"stdin_b64\":\"!\"}",
+          "{\"detail\":[{\"type\":\"value_error\",\"loc\":[\"body\",\"stdin_b64\"],\"msg\":"
+          "\"Value error, stdin_b64 must be standard base64\",\"input\":\"!\","
+          "\"ctx\":{\"error\":{}}}]}" },
+        { "POST", "/v1/api-keys", "{\"name\":\"k\",\"scopes\":[\"a\",7]}",
+          "{\"detail\":[{\"type\":\"string_type\",\"loc\":[\"body\",\"scopes\",1],\"msg\":"
+          "\"Input should be a valid string\",\"input\":7}]}" },
+        { "POST", "/v1/api-keys", "{\"name\":\"k\",\"expires_at\":\"soon\"}",
+          "{\"detail\":[{\"type\":\"datetime_from_date_parsing\",\"loc\":[\"body\","
+          "\"expires_at\"],\"msg\":\"Input should be a valid datetime or date, input is too "
+          "short\",\"input\":\"soon\",\"ctx\":{\"error\":\"input is too short\"}}]}" },
+        { "POST", "/v1/api-keys", "{\"name\":\"k\",\"expires_at\":\"20x6-01-01T00:00:00Z\"}",
+          "{\"detail\":[{\"type\":\"datetime_from_date_parsing\",\"loc\":[\"body\","
+          "\"expires_at\"],\"msg\":\"Input should be a valid datetime or date, invalid character "
+          "in year\",\"input\":\"20x6-01-01T00:00:00Z\",\"ctx\":{\"error\":\"invalid character "
+          "in year\"}}]}" },
+        { "POST", "/v1/api-keys", "{\"name\":\"k\",\"expires_at\":\"2026/01/01T00:00:00Z\"}",
+          "{\"detail\":[{\"type\":\"datetime_from_date_parsing\",\"loc\":[\"body\","
+          "\"expires_at\"],\"msg\":\"Input should be a valid datetime or date, invalid date "
+          "separator, expected `-`\",\"input\":\"2026/01/01T00:00:00Z\",\"ctx\":{\"error\":"
+          "\"invalid date separator, expected `-`\"}}]}" },
+        { "POST", "/v1/api-keys", "{\"name\":\"k\",\"expires_at\":\"2026-13-01T00:00:00Z\"}",
+          "{\"detail\":[{\"type\":\"datetime_from_date_parsing\",\"loc\":[\"body\","
+          "\"expires_at\"],\"msg\":\"Input should be a valid datetime or date, month value is "
+          "outside expected range of 1-12\",\"input\":\"2026-13-01T00:00:00Z\",\"ctx\":"
+          "{\"error\":\"month value is outside expected range of 1-12\"}}]}" },
+        { "POST", "/v1/api-keys", "{\"name\":\"k\",\"expires_at\":\"2026-02-30T00:00:00Z\"}",
+          "{\"detail\":[{\"type\":\"datetime_from_date_parsing\",\"loc\":[\"body\","
+          "\"expires_at\"],\"msg\":\"Input should be a valid datetime or date, day value is "
+          "outside expected range\",\"input\":\"2026-02-30T00:00:00Z\",\"ctx\":"
+          "{\"error\":\"day value is outside expected range\"}}]}" },
+        { "POST", "/v1/api-keys", "{\"name\":\"k\",\"expires_at\":\"2026-01-01T25:00:00Z\"}",
+          "{\"detail\":[{\"type\":\"datetime_from_date_parsing\",\"loc\":[\"body\","
+          "\"expires_at\"],\"msg\":\"Input should be a valid datetime or date, unexpected extra "
+          "characters at the end of the input\",\"input\":\"2026-01-01T25:00:00Z\",\"ctx\":"
+          "{\"error\":\"unexpected extra characters at the end of the input\"}}]}" },
+        { "GET", "/v1/costs?start=2026-1-01T00:00:00Z", NULL,
+          "{\"detail\":[{\"type\":\"datetime_from_date_parsing\",\"loc\":[\"query\","
+          "\"start\"],\"msg\":\"Input should be a valid datetime or date, invalid character in "
+          "month\",\"input\":\"2026-1-01T00:00:00Z\",\"ctx\":{\"error\":\"invalid character in "
+          "month\"}}]}" },
+    };
+    char *id = cpu_create_local(srv, key, NULL), *ex = path_of("/v1/sandboxes/%s/execute", id);
+    cpu_response *r;
+
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        const char *path = strcmp(cases[i][1], "X") ? cases[i][1] : ex;
+        r = req_s(422, cases[i][0], path, key, NULL, cases[i][2]);
+        cr_expect_str_eq(r->body, cases[i][3], "%s %s %s", cases[i][0], path,
+                         cases[i][2] ? cases[i][2] : "");
+        cpu_response_free(r);
+    }
+    /* 65 scopes: pydantic's too_long of a list of at most 64. */
+    {
+        size_t cap = 64 + 65 * 8, len = 0;
+        char *b = malloc(cap);
+        len += (size_t)snprintf(b, cap, "{\"name\":\"k\",\"scopes\":[");
+        for (int i = 0; i < 65; i++)
+            len += (size_t)snprintf(b + len, cap - len, "%s\"s%d\"", i ? "," : "", i);
+        snprintf(b + len, cap - len, "]}");
+        r = req_s(422, "POST", "/v1/api-keys", key, NULL, b);
+        cr_expect_str_eq(cpu_jstr(r, "detail.0.type"), "too_long");
+        cr_expect_str_eq(json_object_to_json_string_ext(cpu_jget(r->json, "detail.0.loc"),
+                                                        JSON_C_TO_STRING_PLAIN),
+                         "[\"body\",\"scopes\"]");
+        cr_expect_str_eq(cpu_jstr(r, "detail.0.msg"),
+                         "List should have at most 64 items after validation, not 65");
+        cr_expect_str_eq(json_object_to_json_string_ext(cpu_jget(r->json, "detail.0.ctx"),
+                                                        JSON_C_TO_STRING_PLAIN),
+                         "{\"field_type\":\"List\",\"max_length\":64,\"actual_length\":65}");
+        cr_expect_eq(json_object_array_length(cpu_jget(r->json, "detail.0.input")), 65);
+        cpu_response_free(r);
+        free(b);
+    }
+    /* An expiry that is no text at all: pydantic's datetime_type. */
+    r = req_s(422, "POST", "/v1/api-keys", key, NULL, "{\"name\":\"k\",\"expires_at\":true}");
+    cr_expect_str_eq(r->body, "{\"detail\":[{\"type\":\"datetime_type\",\"loc\":[\"body\","
+                              "\"expires_at\"],\"msg\":\"Input should be a valid datetime\","
+                              "\"input\":true}]}");
+    cpu_response_free(r);
+    free(ex);
+    free(id);
+}
+
 /* A key's name is 1 to 200 characters (Unicode code points, as pydantic
  * counts them, not bytes): 201 is pydantic's string_too_long with its ctx,
  * "" string_too_short; 200 two-byte characters are a valid name. */
@@ -985,7 +1119,10 @@ Test(server, create_validation)
             cr_assert_eq(sscanf(m + strlen(want), "%lld", &n), 1);
             /* the server's now + n is 9999-12-31T23:59:59Z */
             cr_assert(n >= 253402300799LL - t1 && n <= 253402300799LL - t0, "%s", m);
-            cr_assert_str_eq(strstr(m, " ("), " (an expiry at 9999-12-31T23:59:59Z at the latest)");
+            /* pydantic's words and ctx for le=n */
+            cr_assert_str_eq(m, tu_strdup_printf("%s%lld", want, n));
+            cr_assert_eq(json_object_get_int64(cpu_jget(r->json, "detail.0.ctx.le")), n);
+            cr_assert_eq(json_object_object_length(cpu_jget(r->json, "detail.0.ctx")), 1);
             cpu_response_free(r);
             free(b);
         }
@@ -1150,7 +1287,13 @@ Test(server, bodies_and_keys_json_cannot_carry_are_422)
         snprintf(b + len, cap - len, "}}");
         r = req_s(422, "POST", "/v1/sandboxes", key, NULL, b);
         cr_expect_str_eq(cpu_jstr(r, "detail.0.type"), "too_long");
-        cr_expect_str_eq(cpu_jstr(r, "detail.0.msg"), "Dictionary should have at most 256 items");
+        cr_expect_str_eq(cpu_jstr(r, "detail.0.msg"),
+                         "Dictionary should have at most 256 items after validation, not 257");
+        cr_expect_str_eq(json_object_to_json_string_ext(cpu_jget(r->json, "detail.0.ctx"),
+                                                        JSON_C_TO_STRING_PLAIN),
+                         "{\"field_type\":\"Dictionary\",\"max_length\":256,"
+                         "\"actual_length\":257}");
+        cr_expect_eq(json_object_object_length(cpu_jget(r->json, "detail.0.input")), 257);
         cpu_response_free(r);
         free(b);
     }
@@ -2837,22 +2980,29 @@ Test(server, case36_provider_secret_never_leaves)
 /* ---------------------------------------------------------------- provider failures on e2b */
 
 /* A server enabling local and e2b, e2b being the contract fake at @url
- * with its own key (its sandboxes work until a fault rule says otherwise). */
+ * with its own key (its sandboxes work until a fault rule says otherwise),
+ * with the setting @extra ("NAME=value") too unless NULL. */
 static cpu_server *
-start_with_e2b(const char *url)
+start_with_e2b_and(const char *url, const char *extra)
 {
     char *penv = tu_strdup_printf("SBX_PLUGIN_PATH=%s/plugins/cloud/e2b/.libs:%s", SBX_BUILD_DIR,
                                   getenv("SBX_PLUGIN_PATH") ? getenv("SBX_PLUGIN_PATH") : "");
     char *uenv = tu_strdup_printf("E2B_API_URL=%s", url);
     char *senv = tu_strdup_printf("E2B_SANDBOX_URL=%s", url);
     const char *env[] = { penv, uenv, senv, "E2B_API_KEY=fake-e2b-key",
-                          "BESPOKE_ALLOWED_BACKENDS=local,e2b", NULL };
+                          "BESPOKE_ALLOWED_BACKENDS=local,e2b", extra, NULL };
     cpu_server *s = cpu_start(store, env);
 
     free(penv);
     free(uenv);
     free(senv);
     return s;
+}
+
+static cpu_server *
+start_with_e2b(const char *url)
+{
+    return start_with_e2b_and(url, NULL);
 }
 
 /* Replaces the fake's fault rules with @rules (JSON; "[]": none). */
@@ -3034,6 +3184,151 @@ Test(server, execute_on_a_provider_timeout_is_504)
     cr_assert_str_eq(cpu_jstr(r, "stdout"), "hi\n");
     cpu_response_free(r);
     free(pe);
+    free(id);
+    free(k);
+    cpu_stop(s);
+    stop_fake(fake, fdir, furl);
+}
+
+/* The value of "detail" in the answer text @body ({"detail":{...}}), in a
+ * buffer of its own, valid until the next call. */
+static const char *
+detail_text(const char *body)
+{
+    static char buf[1024];
+    const char *b = strchr(body + 1, '{');
+
+    snprintf(buf, sizeof buf, "%.*s", (int)strlen(b) - 1, b);
+    return buf;
+}
+
+/* The record of sandbox @id through @s as @k (asserts 200). */
+static cpu_response *
+record_of(const cpu_server *s, const char *k, const char *id)
+{
+    char *p = path_of("/v1/sandboxes/%s", id);
+    cpu_response *r = cpu_http(s->url, "GET", p, k, NULL, NULL);
+
+    cr_assert_eq(r->status, 200, "%s", r->body);
+    free(p);
+    return r;
+}
+
+/* The latest_error of record @r, as compact JSON text. */
+static const char *
+latest_error_text(const cpu_response *r)
+{
+    return json_object_to_json_string_ext(cpu_jget(r->json, "latest_error"),
+                                          JSON_C_TO_STRING_PLAIN);
+}
+
+/* A provider that does not answer (the fake reads the request and says
+ * nothing for 60 s) does not hold a request: with
+ * BESPOKE_PROVIDER_TIMEOUT_SECS=2, a create and a terminate are answered
+ * 504 with the provider's timeout payload within the 2 s and the plugin
+ * host's 2 s to acknowledge the cancel, the record failed (the create's
+ * outcome unknown, so not retryable and blocked on an unknown cleanup;
+ * the terminate's not retryable); an execute whose command has
+ * timeout_secs 1 is answered 504 at 1 s + SBX_KILL_GRACE_SECS + 2 s, its
+ * outcome unknown, the execution failed with that payload (a replay is 409
+ * with it) and metered once. The same server answers at once again when
+ * the provider does. */
+Test(server, a_provider_that_hangs_is_answered_504_within_its_bound, .timeout = 120)
+{
+    pid_t fake;
+    char *fdir, *furl = start_e2b_fake_with(NULL, &fake, &fdir), *k, *id, *p, *pe;
+    const char *hdr[] = { "Idempotency-Key: hung-1", NULL };
+    cpu_server *s;
+    cpu_response *r, *rec, *again;
+    double t0, dt;
+    const char *create_timeout = "{\"detail\":{\"message\":\"Provider request timed out.\","
+                                 "\"code\":\"timeout\",\"backend\":\"e2b\",\"op\":\"create\","
+                                 "\"retryable\":false,\"outcome\":\"unknown\",\"context\":{}}}";
+    const char *exec_timeout = "{\"detail\":{\"message\":\"Provider request timed out.\","
+                               "\"code\":\"timeout\",\"backend\":\"e2b\",\"op\":\"execute\","
+                               "\"retryable\":false,\"outcome\":\"unknown\",\"context\":{}}}";
+    const char *destroy_timeout = "{\"detail\":{\"message\":\"Provider request timed out.\","
+                                  "\"code\":\"timeout\",\"backend\":\"e2b\",\"op\":\"destroy\","
+                                  "\"retryable\":true,\"outcome\":\"failed\",\"context\":{}}}";
+
+    s = start_with_e2b_and(furl, "BESPOKE_PROVIDER_TIMEOUT_SECS=2");
+    k = cpu_bootstrap(s, "zeta", NULL);
+
+    /* The create. */
+    fake_faults(furl, "[{\"method\":\"POST\",\"path\":\"^/sandboxes$\",\"action\":\"hang\","
+                      "\"delay\":60}]");
+    t0 = tu_now();
+    r = cpu_http(s->url, "POST", "/v1/sandboxes", k, NULL, "{\"backend\":\"e2b\"}");
+    dt = tu_now() - t0;
+    cr_assert_eq(r->status, 504, "%s", r->body);
+    cr_assert_str_eq(r->body, create_timeout);
+    cr_assert(dt >= 1.9 && dt < 4.5, "the create was answered after %.2f s", dt);
+    cpu_response_free(r);
+    r = cpu_http(s->url, "GET", "/v1/sandboxes", k, NULL, NULL);
+    cr_assert_eq(json_object_array_length(r->json), 1, "%s", r->body);
+    cr_assert_str_eq(cpu_jstr(r, "0.status"), "failed");
+    cr_assert_str_eq(cpu_jstr(r, "0.retry_status"), "blocked_cleanup_unknown");
+    cr_assert_str_eq(json_object_to_json_string_ext(cpu_jget(r->json, "0.latest_error"),
+                                                    JSON_C_TO_STRING_PLAIN),
+                     detail_text(create_timeout));
+    cpu_response_free(r);
+
+    /* The provider answers again: a sandbox at once. */
+    fake_faults(furl, "[]");
+    t0 = tu_now();
+    r = cpu_http(s->url, "POST", "/v1/sandboxes", k, NULL, "{\"backend\":\"e2b\"}");
+    cr_assert_eq(r->status, 201, "%s", r->body);
+    cr_assert(tu_now() - t0 < 1.5);
+    id = strdup(cpu_jstr(r, "id"));
+    cpu_response_free(r);
+    p = path_of("/v1/sandboxes/%s", id);
+    pe = path_of("/v1/sandboxes/%s/execute", id);
+
+    /* The execute: its process never starts, nor ends. */
+    fake_faults(furl, "[{\"method\":\"POST\",\"path\":\"^/process.Process/\",\"action\":\"hang\","
+                      "\"delay\":60,\"times\":-1}]");
+    t0 = tu_now();
+    r = cpu_http(s->url, "POST", pe, k, hdr, "{\"command\":\"echo hi\",\"timeout_secs\":1}");
+    dt = tu_now() - t0;
+    cr_assert_eq(r->status, 504, "%s", r->body);
+    cr_assert_str_eq(r->body, exec_timeout);
+    cr_assert(dt >= 1 + SBX_KILL_GRACE_SECS + 2 - 0.1 && dt < 1 + SBX_KILL_GRACE_SECS + 2 + 1.5,
+              "the execute was answered after %.2f s", dt);
+    again = cpu_http(s->url, "POST", pe, k, hdr, "{\"command\":\"echo hi\",\"timeout_secs\":1}");
+    cr_assert_eq(again->status, 409, "%s", again->body);
+    cr_assert_str_eq(cpu_jstr(again, "detail"), detail_text(exec_timeout));
+    cpu_response_free(again);
+    cpu_response_free(r);
+    settle(s, k);
+    assert_metered_once("hung-1");
+    rec = record_of(s, k, id);
+    cr_assert_str_eq(cpu_jstr(rec, "status"), "running");
+    cpu_response_free(rec);
+
+    /* The terminate. */
+    fake_faults(furl, "[{\"method\":\"DELETE\",\"path\":\"^/sandboxes/\",\"action\":\"hang\","
+                      "\"delay\":60,\"times\":-1}]");
+    t0 = tu_now();
+    r = cpu_http(s->url, "DELETE", p, k, NULL, NULL);
+    dt = tu_now() - t0;
+    cr_assert_eq(r->status, 504, "%s", r->body);
+    cr_assert_str_eq(r->body, destroy_timeout);
+    cr_assert(dt >= 1.9 && dt < 4.5, "the terminate was answered after %.2f s", dt);
+    cpu_response_free(r);
+    rec = record_of(s, k, id);
+    cr_assert_str_eq(cpu_jstr(rec, "status"), "failed");
+    cr_assert_str_eq(cpu_jstr(rec, "retry_status"), "not_retryable");
+    cr_assert_str_eq(latest_error_text(rec), detail_text(destroy_timeout));
+    cpu_response_free(rec);
+
+    /* Answered again: the terminate destroys it. */
+    fake_faults(furl, "[]");
+    r = cpu_http(s->url, "DELETE", p, k, NULL, NULL);
+    cr_assert_eq(r->status, 200, "%s", r->body);
+    cr_assert_str_eq(cpu_jstr(r, "status"), "destroyed");
+    cpu_response_free(r);
+    free(pe);
+    free(p);
     free(id);
     free(k);
     cpu_stop(s);

@@ -144,6 +144,11 @@ cl_bound cl_bound_make(const sbx_call_ctx *ctx, double secs);
 /** Seconds left (-1 = unbounded, 0 = expired). */
 double cl_bound_left(const cl_bound *b);
 int cl_bound_cancelled(const cl_bound *b);
+/** The code of a call ended by its cancel descriptor: SBX_ERROR_TIMEOUT when
+ *  the call's own deadline has come (out of process the host cancels a call
+ *  at its deadline, sbx_client_set_call_timeout()), else
+ *  SBX_ERROR_CANCELLED (the caller cancelled it). */
+sbx_error_code cl_bound_cancel_code(const cl_bound *b);
 /** One step of a wait on @cond, @lock held, within @b: waits at most 0.1 s
  *  (or what is left of @b) for a signal. Returns 0 (check the condition
  *  again), or -1 when @b has expired (nothing was waited). */

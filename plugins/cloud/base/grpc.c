@@ -381,7 +381,7 @@ static int grpc_pause(cl_grpc *g, const cl_bound *bound, int k, double *waited,
         return 0;
     CL_LOG(SBX_LOG_DEBUG, "%s: %s, retrying in %.2f s", what, why, wait);
     if (cl_sleep(wait, bound->cancel_fd)) {
-        cl_fail(error, SBX_ERROR_CANCELLED, op, "%s: cancelled", what);
+        cl_fail(error, cl_bound_cancel_code(bound), op, "%s: cancelled", what);
         return -1;
     }
     *waited += wait;
@@ -420,7 +420,7 @@ int cl_grpc_invoke(cl_grpc *g, const sbx_call_ctx *ctx, const cl_grpc_call *call
             break;
         }
         if (cl_bound_cancelled(&bound)) {
-            sbx_error *e = cl_fail(error, SBX_ERROR_CANCELLED, op, "%s: cancelled", what);
+            sbx_error *e = cl_fail(error, cl_bound_cancel_code(&bound), op, "%s: cancelled", what);
             if (attempt && !call->idempotent)
                 cl_outcome_unknown(e);
             break;
@@ -502,7 +502,7 @@ int cl_grpc_invoke(cl_grpc *g, const sbx_call_ctx *ctx, const cl_grpc_call *call
             break;
         }
         if (x.cancelled) {
-            sbx_error *e = cl_fail(error, SBX_ERROR_CANCELLED, op, "%s: cancelled", what);
+            sbx_error *e = cl_fail(error, cl_bound_cancel_code(&bound), op, "%s: cancelled", what);
             if (!call->idempotent)
                 cl_outcome_unknown(e);
             break;

@@ -631,7 +631,7 @@ int cl_request(cl_http *c, const sbx_call_ctx *ctx, const cl_req *req, cl_resp *
             return -1;
         }
         if (cl_bound_cancelled(&bound)) {
-            sbx_error *e = cl_fail(error, SBX_ERROR_CANCELLED, op, "%s: cancelled", what);
+            sbx_error *e = cl_fail(error, cl_bound_cancel_code(&bound), op, "%s: cancelled", what);
             if (attempt && !req->idempotent)
                 cl_outcome_unknown(e);
             return -1;
@@ -756,7 +756,7 @@ int cl_request(cl_http *c, const sbx_call_ctx *ctx, const cl_req *req, cl_resp *
             if (rate)
                 rl++;
             if (cl_sleep(wait, bound.cancel_fd)) {
-                cl_fail(error, SBX_ERROR_CANCELLED, op, "%s: cancelled", what);
+                cl_fail(error, cl_bound_cancel_code(&bound), op, "%s: cancelled", what);
                 return -1;
             }
             waited += wait;
@@ -773,7 +773,7 @@ int cl_request(cl_http *c, const sbx_call_ctx *ctx, const cl_req *req, cl_resp *
             return -1;
         }
         if (x.cancelled) {
-            sbx_error *e = cl_fail(error, SBX_ERROR_CANCELLED, op, "%s: cancelled", what);
+            sbx_error *e = cl_fail(error, cl_bound_cancel_code(&bound), op, "%s: cancelled", what);
             if (!req->idempotent)
                 cl_outcome_unknown(e);
             return -1;
@@ -788,7 +788,7 @@ int cl_request(cl_http *c, const sbx_call_ctx *ctx, const cl_req *req, cl_resp *
                 CL_LOG(SBX_LOG_DEBUG, "%s: %s, retrying in %.2f s", what, curl_easy_strerror(rc),
                        wait);
                 if (cl_sleep(wait, bound.cancel_fd)) {
-                    cl_fail(error, SBX_ERROR_CANCELLED, op, "%s: cancelled", what);
+                    cl_fail(error, cl_bound_cancel_code(&bound), op, "%s: cancelled", what);
                     return -1;
                 }
                 waited += wait;

@@ -208,6 +208,12 @@ double cl_bound_left(const cl_bound *b)
     return left > 0 ? left : 0;
 }
 
+sbx_error_code cl_bound_cancel_code(const cl_bound *b)
+{
+    return b->deadline > 0 && cl_now() >= b->deadline - 0.05 ? SBX_ERROR_TIMEOUT
+                                                              : SBX_ERROR_CANCELLED;
+}
+
 int cl_bound_cond_wait(const cl_bound *b, pthread_cond_t *cond, pthread_mutex_t *lock)
 {
     double left = cl_bound_left(b);
