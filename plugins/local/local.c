@@ -302,6 +302,7 @@ struct sbx_plugin_client {
     char *warm_exe;             /* the program it runs */
     char *warm_base;            /* the directory its directory is in */
     int filling;                /* a thread is starting one */
+    int fill_late;              /* bubblewrap: and its bwrap runs already */
     int fill_joinable;          /* fill_thread is to be joined */
     int closing;                /* client_free began: start no more */
     pthread_t fill_thread;
@@ -2136,13 +2137,15 @@ static int warm_check(int ctl, const char *base, warm_sup *w, const bound *bd)
  * `sbx gc` (proto_sweep_trash: nothing listens on its socket).
  */
 /**
- * Makes a warm sandbox for supervisor @exe with its directory in @base
- * into *@w (ctl, dir, dirfd, socks, bwrap). 0, or -1 with nothing left
- * (its keeper removes what was made).
+ * Makes a warm sandbox of client @c for supervisor @exe with its directory
+ * in @base into *@w (ctl, dir, dirfd, socks, bwrap), setting c->fill_late
+ * once its bwrap runs. 0, or -1 with nothing left (its keeper removes
+ * what was made).
  */
 static void sandbox_free_fields(struct sbx_plugin_sandbox *sb);
 
-static int bw_spare_make(const char *exe, const char *base, warm_sup *w)
+static int bw_spare_make(struct sbx_plugin_client *c, const char *exe, const char *base,
+                         warm_sup *w)
 {
     const char *op = "create";
     struct sbx_plugin_sandbox s = { 0 };
@@ -2184,6 +2187,9 @@ static int bw_spare_make(const char *exe, const char *base, warm_sup *w)
         || listen(socks[0], SOMAXCONN) < 0
         || launcher_go(&lch, &s, exe, NULL, NULL) < 0)
         goto out;
+    pthread_mutex_lock(&c->lock);
+    c->fill_late = 1;
+    pthread_mutex_unlock(&c->lock);
     /* Its init's HELLO: this protocol, pid 1 of its namespace. */
     bound bd = make_bound(NULL, HANDSHAKE_SECS);
     uint32_t type = 0, len = 0;
@@ -2254,7 +2260,7 @@ static void *warm_fill(void *arg)
     warm_sup w = { .ctl = -1, .dirfd = -1 };
 #ifdef SBX_LOCAL_BUBBLEWRAP
     if (exe && base && !closing)
-        bw_spare_make(exe, base, &w);
+        bw_spare_make(c, exe, base, &w);
 #else
     bound bd = make_bound(NULL, HANDSHAKE_SECS);
     int ctl = exe && base && !closing ? spawner_fork(c, exe, base, &bd) : -1;
@@ -2272,6 +2278,7 @@ static void *warm_fill(void *arg)
         base = NULL;
     }
     c->filling = 0;
+    c->fill_late = 0;
     pthread_cond_broadcast(&c->filled);
     pthread_mutex_unlock(&c->lock);
     warm_drop(&w, 1);
@@ -2292,14 +2299,23 @@ static void warm_take(struct sbx_plugin_client *c, const char *exe, const char *
     warm_sup stale = { .ctl = -1, .dirfd = -1 };
     pthread_mutex_lock(&c->lock);
     /* One on its way is further along than a cold start: wait for it
-     * (bounded), its gate open. */
+     * (bounded), its gate open. (bubblewrap: only once its bwrap runs,
+     * its HELLO all that is left; before, a warm sandbox on its way has
+     * as much left to do as a cold start: the create starts cold, and the
+     * next one takes it.) */
     gate_open(c->gate);
+#ifdef SBX_LOCAL_BUBBLEWRAP
+#define FILL_WAITED (c->filling && c->fill_late)
+#else
+#define FILL_WAITED (c->filling)
+#endif
     struct timespec until;
     clock_gettime(CLOCK_REALTIME, &until);
     until.tv_sec += (time_t)WARM_WAIT_SECS;
-    while (c->filling && !c->closing
+    while (FILL_WAITED && !c->closing
            && pthread_cond_timedwait(&c->filled, &c->lock, &until) == 0)
         ;
+#undef FILL_WAITED
     if (c->warm.ctl >= 0 && !c->filling) {
         if (c->warm_exe && strcmp(c->warm_exe, exe) == 0 && c->warm_base
             && strcmp(c->warm_base, base) == 0)
