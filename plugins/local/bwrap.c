@@ -423,6 +423,22 @@ void bwrap_cgroups_remove(const char *id)
     }
 }
 
+int bwrap_cgroups_exist(const char *id)
+{
+    const char *parents[] = { CG_BASE "/memory", CG_BASE "/cpu", CG_BASE };
+    for (size_t i = 0; i < sizeof(parents) / sizeof(parents[0]); i++) {
+        char *dir;
+        struct stat st;
+        if (asprintf(&dir, "%s/sbx-%s", parents[i], id) < 0)
+            return 1;
+        int there = lstat(dir, &st) == 0 || errno != ENOENT;
+        free(dir);
+        if (there)
+            return 1;
+    }
+    return 0;
+}
+
 int bwrap_oom_kills(const char *id, uint64_t *count)
 {
     int v2 = cg_v2();

@@ -3491,6 +3491,20 @@ static int local_destroy(sbx_plugin_sandbox *sandbox, const sbx_call_ctx *ctx,
             }
             goto destroyed;
         }
+#else
+        /* DESTROYED comes once every process of the sandbox but its init
+         * was reaped (idle exec reapers: sent SIGKILL); the init exits
+         * next, and with pid 1 its namespace ends. A sandbox with its own
+         * root and no cgroups is done then: META goes to its trash name,
+         * which the launcher's keeper, waiting for bwrap's end and this
+         * lock, removes (and should this process die first, it removes
+         * META as it is). Else the init's exit is waited for, as before,
+         * for the cgroups and a caller's root_dir. */
+        if (io == IO_OK && type == PROTO_DESTROYED && sb->owns_root && meta_lock >= 0
+            && !bwrap_cgroups_exist(sb->id) && meta_to_trash(sb) == 0) {
+            close(fd);
+            goto destroyed;
+        }
 #endif
         if (io == IO_OK)
             io = read_frame(fd, &type, &p, &len, &bd);
@@ -3534,14 +3548,6 @@ static int local_destroy(sbx_plugin_sandbox *sandbox, const sbx_call_ctx *ctx,
      * which a new sandbox of that workdir may have made again since. */
 #ifdef SBX_LOCAL_BUBBLEWRAP
     ending = 0;     /* bubblewrap has no exec endpoint: removed here as before */
-    /* An owned root's META, once its supervisor answered and ended (with
-     * it every process of the sandbox: pid 1 of its namespace), goes to
-     * its trash name: the launcher's keeper, waiting for this lock, finds
-     * it there (by its descriptor) and removes it, as it removes a META
-     * this process left behind dying (proto.h's sweep, should the keeper
-     * be gone). A caller's root_dir is cleaned and given back here. */
-    if (asked && io == IO_EOF && sb->owns_root && meta_lock >= 0 && meta_to_trash(sb) == 0)
-        goto destroyed;
 #endif
     if (!ending && remove_dirs(sb, op, error) < 0) {
         rc = -1;

@@ -145,6 +145,9 @@ int bwrap_cgroups_create(const char *id, const sbx_plugin_create_request *reques
                          char **procs, size_t *nprocs, const char *op, sbx_error **error);
 /** Removes the cgroups of sandbox @id, if any. */
 void bwrap_cgroups_remove(const char *id);
+/** 1 when sandbox @id may have a cgroup (one of its directories exists,
+ *  or cannot be looked at), else 0. */
+int bwrap_cgroups_exist(const char *id);
 /** Stores in *@count how many processes the memory limit of sandbox @id
  *  has killed so far (its memory cgroup's oom_kill counter: v2
  *  memory.events, v1 memory.oom_control). 0, or -1 when the sandbox has
