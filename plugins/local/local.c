@@ -6,7 +6,7 @@
  * "${TMPDIR:-/tmp}/sbx-local-XXXXXX" (mode 0700), whose basename is the
  * sandbox id (made ahead by the client's warm supervisor as
  * ".sbx-spare-XXXXXX" with its root/, tmp/ and sock, and renamed at
- * create; proto.h):
+ * create; proto.h; bubblewrap's warm sandbox likewise, bw_spare_make):
  *
  *     sock        the supervisor's unix socket (bound here, listened on by
  *                 the supervisor; bubblewrap: never in the sandbox's view)
@@ -2116,8 +2116,11 @@ static int warm_check(int ctl, const char *base, warm_sup *w, const bound *bd)
  * are made in it (bwrap_prepare_dirs), the sandbox's socket META/sock is
  * bound and listening (so that a sweep sees the spare alive: it is
  * this client's until CONFIG hands it over), and bwrap runs with its init
- * (`--init --spare`), whose HELLO is read; that init waits for CONFIG
- * for as long as its control socket is open. Everything of bwrap_argv's
+ * (`--init --spare=ID`), whose HELLO is read; that init waits for CONFIG
+ * for as long as its control socket is open. None of its processes'
+ * command lines, descriptors or environments names META meanwhile
+ * (bwrap_argv's spare_id), so that it is nobody's to see but its
+ * client's. Everything of bwrap_argv's
  * cold start is there: the same namespaces, seccomp filter, uid 65534 as
  * root, and the overlay at META/mnt with its layers named relative to
  * META.
@@ -2128,22 +2131,22 @@ static int warm_check(int ctl, const char *base, warm_sup *w, const bound *bd)
  * who listens, as a cold start. The rename changes nothing the sandbox
  * sees: the overlay was mounted (in the launcher's mount namespace) and
  * bwrap bound META/mnt as "/" by the directories, not by their names, and
- * the launcher's keeper follows META by a descriptor (keeper_meta_fd in
- * supervisor.c). Unclaimed, it ends when its control socket closes:
+ * the launcher's keeper follows META by its inode (keeper_follow in
+ * supervisor.c: as made, as claimed, or either's trash name). Unclaimed, it ends when its control socket closes:
  * client_free (which removes its directory before returning), or the
  * process holding the client gone, SIGKILL included (the init sees EOF and
  * exits, bwrap with it, and the keeper removes META); a spare left with
  * neither (its keeper killed too) is removed by the next client's sweep or
  * `sbx gc` (proto_sweep_trash: nothing listens on its socket).
  */
+static void sandbox_free_fields(struct sbx_plugin_sandbox *sb);
+
 /**
  * Makes a warm sandbox of client @c for supervisor @exe with its directory
  * in @base into *@w (ctl, dir, dirfd, socks, bwrap), setting c->fill_late
  * once its bwrap runs. 0, or -1 with nothing left (its keeper removes
- * what was made).
+ * what was made). Called by the filling thread only.
  */
-static void sandbox_free_fields(struct sbx_plugin_sandbox *sb);
-
 static int bw_spare_make(struct sbx_plugin_client *c, const char *exe, const char *base,
                          warm_sup *w)
 {
