@@ -37,9 +37,12 @@
  * tmp directory create made in a caller's workdir (--remove) and the
  * cgroups; it finds META by its inode under the name it has then (as made,
  * renamed by the create that claimed a warm sandbox, or its trash name).
- * Destroy of a sandbox with its own root answers once its init (pid 1:
- * with it every process of the sandbox) has ended, with META renamed to
- * its trash name (".sbx-trash-" ID) for that keeper to remove.
+ * Destroy of a sandbox with its own root and no cgroups answers at
+ * DESTROYED (every process but its init reaped, idle reapers sent
+ * SIGKILL; the init's exit, next, ends its pid namespace), with META
+ * renamed to its trash name (".sbx-trash-" ID) for that keeper to remove
+ * once bwrap has ended and the library's lock on META is free; any other
+ * waits for the init's exit and removes the cgroups and META itself.
  *
  * A warm sandbox (local.c, bw_spare_make): after a create of the plain
  * configuration (no image, limits, user, root_dir, workdir or
