@@ -360,6 +360,195 @@ Test(bubblewrap, a_create_destroy_loop_killed_leaves_no_directory)
     }
 }
 
+/* The client's warm sandbox (bwrap.c): made ahead after a create of the
+ * plain configuration, in @dir as .sbx-spare-XXXXXX. Waits (at most 5 s)
+ * until there is exactly one and its init runs (a process whose command
+ * line names "--spare=sbx-bwrap-XXXXXX"); returns its six characters. */
+static char *wait_warm_sandbox(const char *dir)
+{
+    char found[64] = "";
+    for (double end = tu_now() + 5.0; tu_now() < end; usleep(20000)) {
+        char *cmd = tu_strdup_printf("ls -a %s | grep '^\\.sbx-spare-' | tr '\\n' ' '", dir);
+        FILE *p = popen(cmd, "r");
+        cr_assert_not_null(p);
+        char line[256] = "";
+        if (!fgets(line, sizeof line, p))
+            line[0] = '\0';
+        pclose(p);
+        free(cmd);
+        char name[64];
+        int n = 0;
+        if (sscanf(line, ".sbx-spare-%63s %n", name, &n) != 1 || line[n] != '\0'
+            || strlen(name) != 6)
+            continue;
+        char *needle = tu_strdup_printf("spare=sbx-bwrap-%s", name);
+        pid_t pids[4];
+        size_t k = tu_procs_mentioning(needle, pids, 4);
+        free(needle);
+        if (k > 0) {
+            snprintf(found, sizeof found, "%s", name);
+            break;
+        }
+    }
+    cr_assert(found[0], "no warm sandbox came up in %s", dir);
+    return tu_strdup_printf("%s", found);
+}
+
+/* 1 when a mount table of any process (/proc/PID/mountinfo) names @s. */
+static int mounts_name(const char *s)
+{
+    char *cmd = tu_strdup_printf("cat /proc/[0-9]*/mountinfo 2>/dev/null | grep -c -F '%s'", s);
+    FILE *p = popen(cmd, "r");
+    cr_assert_not_null(p);
+    int n = 0;
+    if (fscanf(p, "%d", &n) != 1)
+        n = 0;
+    pclose(p);
+    free(cmd);
+    return n > 0;
+}
+
+/* After a plain create, the client makes the next sandbox ahead; the next
+ * plain create takes it: its id is the warm sandbox's name, its directory
+ * the renamed one, and it is what a cold one is (uid, root, network). */
+Test(bubblewrap, a_plain_create_takes_the_warm_sandbox)
+{
+    g_sb = tu_create(g_client, NULL);
+    cr_assert_eq(sbx_sandbox_destroy(g_sb, NULL), 0);
+    sbx_sandbox_free(g_sb);
+    g_sb = NULL;
+    char *name = wait_warm_sandbox(g_tmp);
+    char *id = tu_strdup_printf("sbx-bwrap-%s", name);
+    char *spare = tu_strdup_printf("%s/.sbx-spare-%s", g_tmp, name);
+    char *meta = tu_strdup_printf("%s/%s", g_tmp, id);
+
+    g_sb = tu_create(g_client, NULL);
+    cr_assert_str_eq(sbx_sandbox_get0_id(g_sb), id);
+    cr_assert(!tu_exists(spare), "%s is still there", spare);
+    cr_assert(tu_exists(meta), "%s is not there", meta);
+    char *want = tu_strdup_printf("%u\nsbx\n/ /tmp\nhi\n",
+                                  getuid() == 0 ? 65534u : (unsigned)getuid());
+    expect(g_sb, "id -u; hostname; echo $HOME $TMPDIR; echo hi > /tmp/t; cat /tmp/t", 0, want);
+    free(want);
+    /* Its init waited for the create that took it. */
+    char *init = tu_strdup_printf("/.sbx/sbx-supervisor --control-fd=3 --init --spare=%s ", id);
+    expect(g_sb, "tr '\\0' ' ' < /proc/1/cmdline", 0, init);
+    free(init);
+    /* The rename left the root's overlay as it was, naming no host path;
+     * the file calls reach it. */
+    expect(g_sb, "awk '$5 == \"/\" { print $4, $8; split($10, o, \",\"); "
+           "print o[2], o[3], o[4] }' /proc/self/mountinfo", 0,
+           "/ overlay\nlowerdir=lower upperdir=root workdir=work\n");
+    char *gtmp = tu_strdup_printf("grep -c -F '%s' /proc/self/mountinfo /proc/1/mountinfo", g_tmp);
+    expect(g_sb, gtmp, 1, "/proc/self/mountinfo:0\n/proc/1/mountinfo:0\n");
+    free(gtmp);
+    sbx_error *err = NULL;
+    cr_assert_eq(sbx_sandbox_write_file(g_sb, "/w.txt", "warm", 4, &err), 0, "%s",
+                 err ? sbx_error_get0_message(err) : "");
+    expect(g_sb, "cat /w.txt", 0, "warm");
+    cr_assert_eq(sbx_sandbox_destroy(g_sb, NULL), 0);
+    sbx_sandbox_free(g_sb);
+    g_sb = NULL;
+    pid_t pids[4];
+    cr_assert_eq(tu_wait_procs_gone(id, pids, 4, 5.0), 0, "a process of %s survived: %s", id,
+                 tu_proc_describe(pids[0]));
+    for (double end = tu_now() + 5.0; tu_exists(meta) && tu_now() < end;)
+        usleep(20000);
+    cr_assert(!tu_exists(meta), "%s is still there", meta);
+    free(name);
+    free(id);
+    free(spare);
+    free(meta);
+}
+
+/* A create of any other configuration starts cold and leaves the warm
+ * sandbox to the next plain one. */
+Test(bubblewrap, a_configured_create_leaves_the_warm_sandbox)
+{
+    g_sb = tu_create(g_client, NULL);
+    cr_assert_eq(sbx_sandbox_destroy(g_sb, NULL), 0);
+    sbx_sandbox_free(g_sb);
+    g_sb = NULL;
+    char *name = wait_warm_sandbox(g_tmp);
+    char *id = tu_strdup_printf("sbx-bwrap-%s", name);
+    char *spare = tu_strdup_printf("%s/.sbx-spare-%s", g_tmp, name);
+    sbx_options *o = sbx_options_new();
+    cr_assert_eq(sbx_options_set_allow_internet(o, 0, NULL), 0);
+    g_sb = tu_create(g_client, o);
+    sbx_options_free(o);
+    cr_assert_str_neq(sbx_sandbox_get0_id(g_sb), id);
+    cr_assert(tu_exists(spare), "the configured create took %s", spare);
+    expect(g_sb, "tr '\\0' ' ' < /proc/1/cmdline", 0,
+           "/.sbx/sbx-supervisor --control-fd=3 --init ");
+    cr_assert_eq(sbx_sandbox_destroy(g_sb, NULL), 0);
+    sbx_sandbox_free(g_sb);
+    g_sb = tu_create(g_client, NULL);
+    cr_assert_str_eq(sbx_sandbox_get0_id(g_sb), id);
+    free(name);
+    free(id);
+    free(spare);
+}
+
+/* A client's process SIGKILLed (in process, and its plugin host's
+ * application out of process) with a warm sandbox ready: within 5 s no
+ * directory, process or mount of it is left. */
+Test(bubblewrap, a_killed_client_leaves_no_warm_sandbox)
+{
+    const char *modes[] = { "inprocess", "outofprocess" };
+    for (size_t m = 0; m < 2; m++) {
+        int pp[2];
+        cr_assert_eq(pipe(pp), 0);
+        pid_t pid = fork();
+        cr_assert(pid >= 0);
+        if (pid == 0) {
+            close(pp[0]);
+            setenv("SBX_PLUGIN_MODE", modes[m], 1);
+            sbx_error *err = NULL;
+            sbx_client *c = sbx_client_new("bubblewrap", &err);
+            sbx_sandbox *sb = c ? sbx_sandbox_create(c, NULL, &err) : NULL;
+            if (!sb)
+                _exit(2);
+            sbx_sandbox_destroy(sb, NULL);
+            sbx_sandbox_free(sb);
+            if (write(pp[1], "x", 1) != 1)
+                _exit(3);
+            pause();
+            _exit(0);
+        }
+        close(pp[1]);
+        char x;
+        cr_assert_eq(read(pp[0], &x, 1), 1, "%s: the child failed", modes[m]);
+        close(pp[0]);
+        char *name = wait_warm_sandbox(g_tmp);
+        char *spare = tu_strdup_printf("%s/.sbx-spare-%s", g_tmp, name);
+        char *sname = tu_strdup_printf(".sbx-spare-%s", name);
+        char *id = tu_strdup_printf("sbx-bwrap-%s", name);
+        cr_assert(mounts_name(sname), "%s: no mount of %s seen while it runs", modes[m], sname);
+        kill(pid, SIGKILL);
+        int st = 0;
+        cr_assert_eq(waitpid(pid, &st, 0), pid);
+        double end = tu_now() + 5.0;
+        while ((tu_exists(spare) || mounts_name(sname)) && tu_now() < end)
+            usleep(20000);
+        cr_assert(!tu_exists(spare), "%s: %s is still there", modes[m], spare);
+        cr_assert(!mounts_name(sname), "%s: a mount of %s is left", modes[m], sname);
+        pid_t pids[4];
+        double left = end - tu_now();
+        size_t n = tu_wait_procs_gone(id, pids, 4, left > 0 ? left : 0);
+        cr_assert_eq(n, 0, "%s: a process of %s survived: %s", modes[m], spare,
+                     n ? tu_proc_describe(pids[0]) : "");
+        n = tu_wait_procs_gone(g_tmp, pids, 4, 0);
+        cr_assert_eq(n, 0, "%s: a process names %s: %s", modes[m], g_tmp,
+                     n ? tu_proc_describe(pids[0]) : "");
+        cr_assert_eq(tu_count_entries(g_tmp), 0, "%s: %d entries left in %s", modes[m],
+                     tu_count_entries(g_tmp), g_tmp);
+        free(name);
+        free(spare);
+        free(sname);
+        free(id);
+    }
+}
+
 /* A TCP listener on 127.0.0.1 of the host; returns its port. */
 static int listen_loopback(int *fd)
 {

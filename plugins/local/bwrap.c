@@ -7,13 +7,14 @@
  * bwrap instance started at create:
  *
  *     sbx-supervisor --launch [--cgroup-procs=F]... --keep=META
- *         [--remove=ROOT/tmp] [--lent=ROOT] --seccomp-fd=4
+ *         [--spare-id=ID] [--remove=ROOT/tmp] [--lent=ROOT] --seccomp-fd=4
  *         [--user=65534:65534] [--overlay=META] -- BWRAP
  *         --unshare-user [--uid UID --gid GID] --disable-userns
  *         --cap-drop ALL --seccomp 4
  *         --unshare-pid --unshare-ipc --unshare-uts
  *         [--unshare-net] --new-session --as-pid-1 --hostname sbx
- *         --bind ROOT|META/mnt / --ro-bind SRC/usr /usr --ro-bind SRC/etc /etc
+ *         --bind ROOT|META/mnt / (a warm sandbox: --args 5)
+ *         --ro-bind SRC/usr /usr --ro-bind SRC/etc /etc
  *         (bin, sbin, lib, lib32, lib64, libx32: --symlink where SRC has a
  *          symlink, --ro-bind where it has a directory)
  *         --proc /proc
@@ -23,7 +24,7 @@
  *         --dev /dev
  *         --ro-bind SUPERVISOR /.sbx/sbx-supervisor
  *         --chdir / --clearenv
- *         -- /.sbx/sbx-supervisor --control-fd=3 --init
+ *         -- /.sbx/sbx-supervisor --control-fd=3 --init [--spare=ID]
  *
  * SRC is "/" (the host) or the root filesystem directory named by `image`.
  * The launcher forks a keeper and exits once bwrap runs; the keeper forks
@@ -34,7 +35,32 @@
  * outside every namespace) waits for bwrap and, when it ended other than
  * after DESTROY (expiry, owners gone, its init killed), removes META, the
  * tmp directory create made in a caller's workdir (--remove) and the
- * cgroups. The supervisor's
+ * cgroups; it finds META by its inode under the name it has then (as made,
+ * renamed by the create that claimed a warm sandbox, or its trash name).
+ * Destroy of a sandbox with its own root and no cgroups answers at
+ * DESTROYED (every process but its init reaped, idle reapers sent
+ * SIGKILL; the init's exit, next, ends its pid namespace), with META
+ * renamed to its trash name (".sbx-trash-" ID) for that keeper to remove
+ * once bwrap has ended and the library's lock on META is free; any other
+ * waits for the init's exit and removes the cgroups and META itself.
+ *
+ * A warm sandbox (local.c, bw_spare_make): after a create of the plain
+ * configuration (no image, limits, user, root_dir, workdir or
+ * backend_options, the host's network), the client starts the next one
+ * ahead with this same command line (SBX_LOCAL_WARM=0: never), META being
+ * BASE/.sbx-spare-XXXXXX, its socket bound and its init waiting for
+ * CONFIG (`--init --spare=ID`); the next plain create renames META to
+ * the sandbox's (ID, sbx-bwrap-XXXXXX) and hands the socket over with
+ * CONFIG. The overlay and bwrap's binds hold the directories, not their
+ * names, so the rename changes nothing inside. No command line,
+ * descriptor or environment of its processes names META while it waits
+ * (the launcher's `--spare-id=ID` shows the ID in place of the paths and
+ * gives bwrap its "--bind META/mnt /" on descriptor 5, `--args 5`; no
+ * start-up log). It ends when its control socket closes: client_free, or
+ * the process holding the client gone (SIGKILL included), after which
+ * its keeper removes META; one left without a keeper too is removed by
+ * the next client's sweep or `sbx gc` (nothing listens on its socket).
+ * The supervisor's
  * socket is META/sock on the host, never in view: the library binds it and
  * hands it over with CONFIG (proto.h), so no process of the sandbox can
  * reach, rename or replace it. Nothing
@@ -400,6 +426,22 @@ void bwrap_cgroups_remove(const char *id)
     }
 }
 
+int bwrap_cgroups_exist(const char *id)
+{
+    const char *parents[] = { CG_BASE "/memory", CG_BASE "/cpu", CG_BASE };
+    for (size_t i = 0; i < sizeof(parents) / sizeof(parents[0]); i++) {
+        char *dir;
+        struct stat st;
+        if (asprintf(&dir, "%s/sbx-%s", parents[i], id) < 0)
+            return 1;
+        int there = lstat(dir, &st) == 0 || errno != ENOENT;
+        free(dir);
+        if (there)
+            return 1;
+    }
+    return 0;
+}
+
 int bwrap_oom_kills(const char *id, uint64_t *count)
 {
     int v2 = cg_v2();
@@ -643,7 +685,8 @@ int bwrap_resolve_user(const char *passwd, const char *user, uid_t *uid, gid_t *
 char **bwrap_argv(const char *launcher, char *const *procs, size_t nprocs, const char *bwrap,
                   const char *supervisor, const char *root, const char *meta, const char *src,
                   const char *remove, int allow_internet, const char *backend_options,
-                  const uid_t *in_uid, const gid_t *in_gid, const char *op, sbx_error **error)
+                  const uid_t *in_uid, const gid_t *in_gid, const char *spare_id,
+                  const char *op, sbx_error **error)
 {
     argvb a = { 0 };
     json_object *opts = NULL, *binds = NULL;
@@ -764,6 +807,17 @@ char **bwrap_argv(const char *launcher, char *const *procs, size_t nprocs, const
         a.failed = 1;
     }
     int overlay = !a.failed && strcmp(root, own_root) == 0;
+    if (spare_id && !overlay)
+        a.failed = 1;       /* a warm sandbox has its own root */
+    if (spare_id) {
+        char *o;
+        if (asprintf(&o, "--spare-id=%s", spare_id) < 0) {
+            a.failed = 1;
+        } else {
+            add(&a, o);
+            free(o);
+        }
+    }
     if (overlay) {
         char *o;
         if (asprintf(&o, "--overlay=%s", meta) < 0) {
@@ -819,9 +873,15 @@ char **bwrap_argv(const char *launcher, char *const *procs, size_t nprocs, const
     add(&a, "--as-pid-1");
     add(&a, "--hostname");
     add(&a, "sbx");
-    add(&a, "--bind");
-    add(&a, overlay ? own_mnt : root);
-    add(&a, "/");
+    if (spare_id && overlay) {
+        /* The launcher passes "--bind META/mnt /" on a descriptor. */
+        add(&a, "--args");
+        add(&a, PROTO_ROOT_ARGS_FD_STR);
+    } else {
+        add(&a, "--bind");
+        add(&a, overlay ? own_mnt : root);
+        add(&a, "/");
+    }
     free(own_root);
     free(own_mnt);
     for (size_t i = 0; i < sizeof(sys_dirs) / sizeof(sys_dirs[0]); i++) {
@@ -906,6 +966,16 @@ char **bwrap_argv(const char *launcher, char *const *procs, size_t nprocs, const
     add(&a, BWRAP_SUPERVISOR);
     add(&a, "--control-fd=3");
     add(&a, "--init");
+    if (spare_id) {
+        /* Waits for CONFIG as long as its socket is open. */
+        char *o;
+        if (asprintf(&o, "--spare=%s", spare_id) < 0) {
+            a.failed = 1;
+        } else {
+            add(&a, o);
+            free(o);
+        }
+    }
     if (a.failed || !a.v) {
         bwrap_argv_free(a.v);
         bfail(error, SBX_ERROR_RESOURCE_EXHAUSTED, op, "out of memory");

@@ -6,7 +6,7 @@
  * "${TMPDIR:-/tmp}/sbx-local-XXXXXX" (mode 0700), whose basename is the
  * sandbox id (made ahead by the client's warm supervisor as
  * ".sbx-spare-XXXXXX" with its root/, tmp/ and sock, and renamed at
- * create; proto.h):
+ * create; proto.h; bubblewrap's warm sandbox likewise, bw_spare_make):
  *
  *     sock        the supervisor's unix socket (bound here, listened on by
  *                 the supervisor; bubblewrap: never in the sandbox's view)
@@ -170,6 +170,13 @@ static const sbx_host_services *host;
 #else
 #define LOCAL_WARM 0
 #endif
+/* A spare made ahead by the client: plain local's warm supervisor, or
+ * bubblewrap's warm sandbox (bw_spare_make). */
+#if LOCAL_WARM || defined(SBX_LOCAL_BUBBLEWRAP)
+#define LOCAL_SPARES 1
+#else
+#define LOCAL_SPARES 0
+#endif
 
 /*
  * The gate of a warm fill. The fill started by a create would run while
@@ -193,7 +200,7 @@ typedef struct fill_gate {
     int refs;
 } fill_gate;
 
-#if LOCAL_WARM
+#if LOCAL_SPARES
 /** A new closed gate with one reference; NULL when out of memory (a fill
  *  without a gate does not wait). */
 static fill_gate *gate_new(void)
@@ -250,7 +257,7 @@ static void gate_unref(fill_gate *g)
     }
 }
 
-#if LOCAL_WARM
+#if LOCAL_SPARES
 /** Waits until @g opens, at most @secs seconds (NULL: returns at once). */
 static void gate_wait(fill_gate *g, double secs)
 {
@@ -278,6 +285,13 @@ typedef struct warm_sup {
     char *dir;                  /* its directory, BASE/PROTO_SPARE_PREFIX
                                  * XXXXXX, with root/, root/tmp/ and sock */
     int dirfd;                  /* that directory, open (O_DIRECTORY) */
+    /* bubblewrap's warm sandbox (pid is 1, start and uid unknown until
+     * READY): */
+    int has_socks;              /* socks[] are open */
+    int socks[2];               /* its socket DIR/sock, bound and listening,
+                                 * and an O_PATH descriptor of its file (they
+                                 * go with CONFIG) */
+    char *bwrap;                /* the bwrap program it runs */
 } warm_sup;
 
 struct sbx_plugin_client {
@@ -288,6 +302,7 @@ struct sbx_plugin_client {
     char *warm_exe;             /* the program it runs */
     char *warm_base;            /* the directory its directory is in */
     int filling;                /* a thread is starting one */
+    int fill_late;              /* bubblewrap: and its bwrap runs already */
     int fill_joinable;          /* fill_thread is to be joined */
     int closing;                /* client_free began: start no more */
     pthread_t fill_thread;
@@ -1705,7 +1720,8 @@ static int start_supervisor(struct sbx_plugin_sandbox *sb, const char *exe, cons
 
     int spare = warm->ctl >= 0;
 #ifdef SBX_LOCAL_BUBBLEWRAP
-    int hello_read = spare;
+    /* A claimed warm sandbox's init said HELLO when it was made. */
+    int hello_read = spare || sb->spare_hello;
 #else
     /* Spawned and its HELLO read (spawn_cold): CONFIG goes next. */
     int hello_read = spare || cold_ctl >= 0;
@@ -1923,9 +1939,14 @@ static void warm_drop(warm_sup *w, int now)
         close(w->ctl);
     if (w->dirfd >= 0)
         close(w->dirfd);
+    if (w->has_socks) {
+        close(w->socks[0]);
+        close(w->socks[1]);
+    }
     if (had && now && w->dir)
         proto_rm_tree(w->dir);
     free(w->dir);
+    free(w->bwrap);
     *w = (warm_sup){ .ctl = -1, .dirfd = -1 };
 }
 
@@ -2082,6 +2103,148 @@ static int warm_check(int ctl, const char *base, warm_sup *w, const bound *bd)
     return 0;
 }
 
+#endif
+
+#ifdef SBX_LOCAL_BUBBLEWRAP
+/*
+ * The warm sandbox (bubblewrap). After a create of the plain
+ * configuration (no image, limits, user, root_dir, workdir, ro_binds or
+ * backend options, and the host's network), a thread of the client makes
+ * the next one ahead, as plain local makes its warm supervisor: the
+ * launcher (launcher_start) makes BASE/PROTO_SPARE_PREFIX XXXXXX as META,
+ * with its keeper ready; the root, its tmp/ and the overlay's directories
+ * are made in it (bwrap_prepare_dirs), the sandbox's socket META/sock is
+ * bound and listening (so that a sweep sees the spare alive: it is
+ * this client's until CONFIG hands it over), and bwrap runs with its init
+ * (`--init --spare=ID`), whose HELLO is read; that init waits for CONFIG
+ * for as long as its control socket is open. None of its processes'
+ * command lines, descriptors or environments names META meanwhile
+ * (bwrap_argv's spare_id), so that it is nobody's to see but its
+ * client's. Everything of bwrap_argv's
+ * cold start is there: the same namespaces, seccomp filter, uid 65534 as
+ * root, and the overlay at META/mnt with its layers named relative to
+ * META.
+ *
+ * A create of the plain configuration takes it: it renames META to the
+ * sandbox's (ID_PREFIX and the spare's six characters; never over an
+ * existing directory), then CONFIG with the socket, READY and the check of
+ * who listens, as a cold start. The rename changes nothing the sandbox
+ * sees: the overlay was mounted (in the launcher's mount namespace) and
+ * bwrap bound META/mnt as "/" by the directories, not by their names, and
+ * the launcher's keeper follows META by its inode (keeper_follow in
+ * supervisor.c: as made, as claimed, or either's trash name). Unclaimed, it ends when its control socket closes:
+ * client_free (which removes its directory before returning), or the
+ * process holding the client gone, SIGKILL included (the init sees EOF and
+ * exits, bwrap with it, and the keeper removes META); a spare left with
+ * neither (its keeper killed too) is removed by the next client's sweep or
+ * `sbx gc` (proto_sweep_trash: nothing listens on its socket).
+ */
+static void sandbox_free_fields(struct sbx_plugin_sandbox *sb);
+
+/**
+ * Makes a warm sandbox of client @c for supervisor @exe with its directory
+ * in @base into *@w (ctl, dir, dirfd, socks, bwrap), setting c->fill_late
+ * once its bwrap runs. 0, or -1 with nothing left (its keeper removes
+ * what was made). Called by the filling thread only.
+ */
+static int bw_spare_make(struct sbx_plugin_client *c, const char *exe, const char *base,
+                         warm_sup *w)
+{
+    const char *op = "create";
+    struct sbx_plugin_sandbox s = { 0 };
+    launcher lch = { .pid = -1, .ctl = -1, .go = -1 };
+    char **argv = NULL;
+    char *bwrap = NULL;
+    int made = 0, socks[2] = { -1, -1 }, rc = -1;
+    *w = (warm_sup){ .ctl = -1, .dirfd = -1 };
+    bwrap = bwrap_find(op, NULL);
+    if (!bwrap || asprintf(&s.meta, "%s/" PROTO_SPARE_PREFIX "XXXXXX", base) < 0) {
+        s.meta = NULL;
+        goto out;
+    }
+    if (fill_template(s.meta) < 0)
+        goto out;
+    s.owns_root = 1;
+    s.id = strdup(strrchr(s.meta, '/') + 1);
+    s.root = join_path(s.meta, "root");
+    s.tmp = s.root ? join_path(s.root, "tmp") : NULL;
+    s.sock = join_path(s.meta, "sock");
+    if (!s.id || !s.root || !s.tmp || !s.sock
+        || bwrap_check_reach(s.meta, "the temporary directory", op, NULL) < 0
+        || bwrap_check_reach(exe, "the supervisor", op, NULL) < 0
+        || bwrap_check_reach(bwrap, "the bwrap program", op, NULL) < 0)
+        goto out;
+    char *claim_id = NULL;
+    if (asprintf(&claim_id, ID_PREFIX "%s", s.id + strlen(PROTO_SPARE_PREFIX)) < 0)
+        goto out;
+    argv = bwrap_argv(exe, NULL, 0, bwrap, exe, s.root, s.meta, "/", NULL, 1, NULL, NULL,
+                      NULL, claim_id, op, NULL);
+    free(claim_id);
+    int exists = 0;
+    if (!argv || launcher_start(&s, exe, argv, NULL, &lch, &exists, NULL) < 0)
+        goto out;
+    made = 1;
+    if (make_root_dirs(&s, op, NULL) < 0
+        || bwrap_prepare_dirs(s.meta, s.root, 1, s.tmp, s.made_tmp, op, NULL) < 0
+        || bind_sandbox_socket(&s, &socks[0], &socks[1], op, NULL) < 0
+        || listen(socks[0], SOMAXCONN) < 0
+        || launcher_go(&lch, &s, exe, NULL, NULL) < 0)
+        goto out;
+    pthread_mutex_lock(&c->lock);
+    c->fill_late = 1;
+    pthread_mutex_unlock(&c->lock);
+    /* Its init's HELLO: this protocol, pid 1 of its namespace. */
+    bound bd = make_bound(NULL, HANDSHAKE_SECS);
+    uint32_t type = 0, len = 0;
+    unsigned char *hello = NULL;
+    int io = read_frame(lch.ctl, &type, &hello, &len, &bd);
+    proto_reader rd;
+    proto_reader_init(&rd, hello, len);
+    uint32_t version = proto_get_u32(&rd);
+    pid_t pid = proto_get_i32(&rd);
+    free(hello);
+    if (io != IO_OK || type != PROTO_HELLO || rd.failed || version != PROTO_VERSION || pid != 1)
+        goto out;
+    w->dirfd = open(s.meta, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+    if (w->dirfd < 0)
+        goto out;
+    w->ctl = lch.ctl;
+    lch.ctl = -1;
+    w->pid = 1;
+    w->dir = s.meta;
+    s.meta = NULL;
+    w->has_socks = 1;
+    w->socks[0] = socks[0];
+    w->socks[1] = socks[1];
+    socks[0] = socks[1] = -1;
+    w->bwrap = bwrap;
+    bwrap = NULL;
+    rc = 0;
+out:
+    /* Not told to go: its process sees EOF and exits; told: its init does
+     * at the control socket's EOF. Either way its keeper removes META. */
+    if (lch.pid > 0)
+        launcher_abort(&lch);
+    if (lch.ctl >= 0)
+        close(lch.ctl);
+    if (socks[0] >= 0)
+        close(socks[0]);
+    if (socks[1] >= 0)
+        close(socks[1]);
+    if (rc < 0 && made && s.meta)
+        proto_rm_tree(s.meta);
+    if (rc < 0 && w->dirfd >= 0)
+        close(w->dirfd);
+    if (rc < 0)
+        *w = (warm_sup){ .ctl = -1, .dirfd = -1 };
+    bwrap_argv_free(argv);
+    free(bwrap);
+    sandbox_free_fields(&s);
+    return rc;
+}
+#endif
+
+#if LOCAL_SPARES
 static void *warm_fill(void *arg)
 {
     struct sbx_plugin_client *c = arg;
@@ -2097,11 +2260,16 @@ static void *warm_fill(void *arg)
     pthread_mutex_lock(&c->lock);
     int closing = c->closing;
     pthread_mutex_unlock(&c->lock);
+    warm_sup w = { .ctl = -1, .dirfd = -1 };
+#ifdef SBX_LOCAL_BUBBLEWRAP
+    if (exe && base && !closing)
+        bw_spare_make(c, exe, base, &w);
+#else
     bound bd = make_bound(NULL, HANDSHAKE_SECS);
     int ctl = exe && base && !closing ? spawner_fork(c, exe, base, &bd) : -1;
-    warm_sup w = { .ctl = -1, .dirfd = -1 };
     if (ctl >= 0)
         warm_check(ctl, base, &w, &bd);
+#endif
 
     pthread_mutex_lock(&c->lock);
     if (w.ctl >= 0 && !c->closing && c->warm.ctl < 0) {
@@ -2113,6 +2281,7 @@ static void *warm_fill(void *arg)
         base = NULL;
     }
     c->filling = 0;
+    c->fill_late = 0;
     pthread_cond_broadcast(&c->filled);
     pthread_mutex_unlock(&c->lock);
     warm_drop(&w, 1);
@@ -2129,18 +2298,27 @@ static void warm_take(struct sbx_plugin_client *c, const char *exe, const char *
                       warm_sup *w)
 {
     *w = (warm_sup){ .ctl = -1, .dirfd = -1 };
-#if LOCAL_WARM
+#if LOCAL_SPARES
     warm_sup stale = { .ctl = -1, .dirfd = -1 };
     pthread_mutex_lock(&c->lock);
     /* One on its way is further along than a cold start: wait for it
-     * (bounded), its gate open. */
+     * (bounded), its gate open. (bubblewrap: only once its bwrap runs,
+     * its HELLO all that is left; before, a warm sandbox on its way has
+     * as much left to do as a cold start: the create starts cold, and the
+     * next one takes it.) */
     gate_open(c->gate);
+#ifdef SBX_LOCAL_BUBBLEWRAP
+#define FILL_WAITED (c->filling && c->fill_late)
+#else
+#define FILL_WAITED (c->filling)
+#endif
     struct timespec until;
     clock_gettime(CLOCK_REALTIME, &until);
     until.tv_sec += (time_t)WARM_WAIT_SECS;
-    while (c->filling && !c->closing
+    while (FILL_WAITED && !c->closing
            && pthread_cond_timedwait(&c->filled, &c->lock, &until) == 0)
         ;
+#undef FILL_WAITED
     if (c->warm.ctl >= 0 && !c->filling) {
         if (c->warm_exe && strcmp(c->warm_exe, exe) == 0 && c->warm_base
             && strcmp(c->warm_base, base) == 0)
@@ -2173,8 +2351,9 @@ static void warm_take(struct sbx_plugin_client *c, const char *exe, const char *
  *  started). */
 static fill_gate *warm_refill(struct sbx_plugin_client *c, const char *exe, const char *base)
 {
-#if LOCAL_WARM
-    /* SBX_LOCAL_WARM=0: none started ahead (every create spawns). */
+#if LOCAL_SPARES
+    /* SBX_LOCAL_WARM=0: none started ahead (every create spawns; on
+     * bubblewrap every create starts its sandbox cold). */
     const char *knob = getenv("SBX_LOCAL_WARM");
     fill_gate *mine = NULL;
     if (knob && strcmp(knob, "0") == 0)
@@ -2240,9 +2419,7 @@ static int local_setup(const sbx_host_services *services, sbx_error **error)
     return 0;
 }
 
-#ifndef SBX_LOCAL_BUBBLEWRAP
 static char *temp_base(const char *op, sbx_error **error);
-#endif
 
 static int local_client_new(const char *config_json, sbx_plugin_client **client,
                             sbx_error **error)
@@ -2256,14 +2433,13 @@ static int local_client_new(const char *config_json, sbx_plugin_client **client,
     pthread_cond_init(&c->filled, NULL);
     c->warm = (warm_sup){ .ctl = -1, .dirfd = -1 };
     c->spawner_ctl = -1;
-#ifndef SBX_LOCAL_BUBBLEWRAP
     /* Trash that lost its supervisor and keeper (both killed while they
-     * removed it after DESTROY; proto.h) goes here. */
+     * removed it after DESTROY; proto.h), and spares that lost their
+     * client and keeper (bubblewrap's too), go here. */
     char *base = temp_base("client_new", NULL);
     if (base)
         proto_sweep_trash(base, PROTO_TRASH_STALE_SECS);
     free(base);
-#endif
     *client = c;
     return 0;
 }
@@ -2811,7 +2987,20 @@ static int local_create(sbx_plugin_client *client, const sbx_call_ctx *ctx,
     /* The client's warm supervisor, when there is one, made the meta
      * directory (as a spare's; named the sandbox's at CLAIM), the root,
      * its tmp/ and the socket ahead. */
+#ifdef SBX_LOCAL_BUBBLEWRAP
+    /* bubblewrap: a warm sandbox, for the plain configuration only (and
+     * the same bwrap program); any other create starts cold. */
+    int plain = !image_root && !cuser && !workdir && !cwd_inside && allow_internet
+                && !(request->set_fields & (SBX_OPTION_CPU | SBX_OPTION_MEMORY_MB
+                                            | SBX_OPTION_BACKEND_OPTIONS));
+    if (plain) {
+        warm_take(client, exe, base, &warm);
+        if (warm.ctl >= 0 && (!warm.bwrap || strcmp(warm.bwrap, bwrap) != 0))
+            warm_drop(&warm, 1);
+    }
+#else
     warm_take(client, exe, base, &warm);
+#endif
     if (warm.ctl >= 0) {
         const char *name = strrchr(warm.dir, '/') + 1 + strlen(PROTO_SPARE_PREFIX);
         if (asprintf(&sb->meta, "%s/" ID_PREFIX "%s", base, name) < 0) {
@@ -2832,9 +3021,28 @@ static int local_create(sbx_plugin_client *client, const sbx_call_ctx *ctx,
             goto nomem;
     }
 #ifdef SBX_LOCAL_BUBBLEWRAP
-    /* Named here, made by the launcher (launcher_start), so that it never
-     * exists without its keeper. */
-    if (fill_template(sb->meta) < 0) {
+    /* A warm sandbox's META becomes the sandbox's, never over an existing
+     * directory (its keeper follows it); should that fail, it is let go
+     * and the create starts cold. */
+    if (warm.ctl >= 0) {
+        if (renameat2(AT_FDCWD, warm.dir, AT_FDCWD, sb->meta, RENAME_NOREPLACE) == 0) {
+            made_meta = 1;
+            free(warm.dir);
+            warm.dir = NULL;
+        } else {
+            LOG(SBX_LOG_DEBUG, "cannot rename the warm sandbox %s to %s: %s", warm.dir,
+                sb->meta, strerror(errno));
+            warm_drop(&warm, 1);
+            free(sb->meta);
+            if (asprintf(&sb->meta, "%s/" ID_PREFIX "XXXXXX", base) < 0) {
+                sb->meta = NULL;
+                goto nomem;
+            }
+        }
+    }
+    /* Cold: named here, made by the launcher (launcher_start), so that it
+     * never exists without its keeper. */
+    if (warm.ctl < 0 && fill_template(sb->meta) < 0) {
         fail(error, local_errno_code(errno, SBX_ERROR_CREATION_FAILED), op,
              "cannot name a directory in %s: %s", base, strerror(errno));
         goto fail;
@@ -2941,6 +3149,15 @@ static int local_create(sbx_plugin_client *client, const sbx_call_ctx *ctx,
             goto nomem;
 
 #ifdef SBX_LOCAL_BUBBLEWRAP
+    /* A warm sandbox has all that follows (checked, made, started) but the
+     * socket's hand-over. */
+    if (warm.ctl >= 0) {
+        sb->made_tmp = 1;
+        sock_fds[0] = warm.socks[0];
+        sock_fds[1] = warm.socks[1];
+        warm.has_socks = 0;
+        goto launched;
+    }
     /* The image's usr/: bwrap passes through the image's root too. */
     char *image_usr = image_root ? join_path(image_root, "usr") : NULL;
     if (image_root && !image_usr)
@@ -2963,7 +3180,7 @@ static int local_create(sbx_plugin_client *client, const sbx_call_ctx *ctx,
                              !sb->owns_root ? sb->tmp : NULL, allow_internet,
                              (request->set_fields & SBX_OPTION_BACKEND_OPTIONS)
                              ? request->backend_options : NULL,
-                             cuser ? &in_uid : NULL, cuser ? &in_gid : NULL, op, error);
+                             cuser ? &in_uid : NULL, cuser ? &in_gid : NULL, NULL, op, error);
     if (!launch_argv)
         goto fail;
     int exists = 0;
@@ -2997,6 +3214,14 @@ static int local_create(sbx_plugin_client *client, const sbx_call_ctx *ctx,
         goto fail;
     cold_ctl = lch.ctl;
     lch.ctl = -1;
+launched:
+    if (warm.ctl >= 0) {
+        /* Its init waits for CONFIG: a cold start's, from here on. */
+        cold_ctl = warm.ctl;
+        warm.ctl = -1;
+        sb->sup_pid = 1;
+        sb->spare_hello = 1;
+    }
 #endif
     uid_t guessed_uid = geteuid();
     int started = start_supervisor(sb, exe, &env, sock_fds, detached, late, &warm,
@@ -3009,7 +3234,14 @@ static int local_create(sbx_plugin_client *client, const sbx_call_ctx *ctx,
     if (started < 0)
         goto fail;
     warm_drop(&warm, 0);
+    sb->spare_hello = 0;
+#ifdef SBX_LOCAL_BUBBLEWRAP
+    /* The next warm sandbox, for a client that makes plain ones. */
+    if (plain)
+        sb->fill_gate = warm_refill(client, exe, base);
+#else
     sb->fill_gate = warm_refill(client, exe, base);
+#endif
 
     /* Written during start-up (late) unless the listener's uid differs
      * from the one the record took. */
@@ -3189,6 +3421,18 @@ static void kill_supervisor_tree(struct sbx_plugin_sandbox *sb)
     wait_supervisor_gone(sb, GONE_SECS);
 }
 
+#ifdef SBX_LOCAL_BUBBLEWRAP
+/** Renames @sb's META to its trash name (proto_trash_path), never over an
+ *  existing one. 0, or -1 (errno) when it stays where it is. */
+static int meta_to_trash(struct sbx_plugin_sandbox *sb)
+{
+    char *trash = sb->meta ? proto_trash_path(sb->meta) : NULL;
+    int r = trash ? renameat2(AT_FDCWD, sb->meta, AT_FDCWD, trash, RENAME_NOREPLACE) : -1;
+    free(trash);
+    return r;
+}
+#endif
+
 static int local_destroy(sbx_plugin_sandbox *sandbox, const sbx_call_ctx *ctx,
                          sbx_error **error)
 {
@@ -3250,6 +3494,20 @@ static int local_destroy(sbx_plugin_sandbox *sandbox, const sbx_call_ctx *ctx,
             }
             goto destroyed;
         }
+#else
+        /* DESTROYED comes once every process of the sandbox but its init
+         * was reaped (idle exec reapers: sent SIGKILL); the init exits
+         * next, and with pid 1 its namespace ends. A sandbox with its own
+         * root and no cgroups is done then: META goes to its trash name,
+         * which the launcher's keeper, waiting for bwrap's end and this
+         * lock, removes (and should this process die first, it removes
+         * META as it is). Else the init's exit is waited for, as before,
+         * for the cgroups and a caller's root_dir. */
+        if (io == IO_OK && type == PROTO_DESTROYED && sb->owns_root && meta_lock >= 0
+            && !bwrap_cgroups_exist(sb->id) && meta_to_trash(sb) == 0) {
+            close(fd);
+            goto destroyed;
+        }
 #endif
         if (io == IO_OK)
             io = read_frame(fd, &type, &p, &len, &bd);
@@ -3298,9 +3556,7 @@ static int local_destroy(sbx_plugin_sandbox *sandbox, const sbx_call_ctx *ctx,
         rc = -1;
         goto out;
     }
-#ifndef SBX_LOCAL_BUBBLEWRAP
 destroyed:
-#endif
     sb->destroyed = 1;
     LOG(SBX_LOG_DEBUG, ending ? "destroyed %s (it had ended)" : "destroyed %s", sb->id);
 out:

@@ -41,6 +41,9 @@ struct sbx_plugin_sandbox {
                                  * --uid; else sup_uid) */
     gid_t user_gid;             /* its gid there (bwrap --gid) */
     int user_mapped;            /* bubblewrap: a create-time user maps them */
+    int spare_hello;            /* bubblewrap, during create: its supervisor is a
+                                 * claimed warm sandbox's init, whose HELLO was
+                                 * read when the client made it */
     int unresponsive;           /* resumed while its supervisor lived but did not
                                  * answer (stopped, or hung): every call that
                                  * asks the supervisor (exec, is_alive, ports,
@@ -142,6 +145,9 @@ int bwrap_cgroups_create(const char *id, const sbx_plugin_create_request *reques
                          char **procs, size_t *nprocs, const char *op, sbx_error **error);
 /** Removes the cgroups of sandbox @id, if any. */
 void bwrap_cgroups_remove(const char *id);
+/** 1 when sandbox @id may have a cgroup (one of its directories exists,
+ *  or cannot be looked at), else 0. */
+int bwrap_cgroups_exist(const char *id);
 /** Stores in *@count how many processes the memory limit of sandbox @id
  *  has killed so far (its memory cgroup's oom_kill counter: v2
  *  memory.events, v1 memory.oom_control). 0, or -1 when the sandbox has
@@ -156,11 +162,17 @@ int bwrap_oom_kills(const char *id, uint64_t *count);
  *  bound read-only at the same path inside) and "root_dir" (read by
  *  bwrap_root_dir); any other key is a configuration error naming it
  *  (context "name"), a malformed value an invalid_argument error. The
- *  launcher makes META itself (--make-keep: launch() in supervisor.c). */
+ *  launcher makes META itself (--make-keep: launch() in supervisor.c).
+ *  @spare_id (NULL for a cold start): a warm sandbox's, named ID once a
+ *  create claims it (META renamed to DIR/ID): its init waits for CONFIG
+ *  with no time limit (`--init --spare=ID`), and no command line of it
+ *  names META (the launcher's `--spare-id=ID`, bwrap's root bind on
+ *  PROTO_ROOT_ARGS_FD). */
 char **bwrap_argv(const char *launcher, char *const *procs, size_t nprocs, const char *bwrap,
                   const char *supervisor, const char *root, const char *meta, const char *src,
                   const char *remove, int allow_internet, const char *backend_options,
-                  const uid_t *in_uid, const gid_t *in_gid, const char *op, sbx_error **error);
+                  const uid_t *in_uid, const gid_t *in_gid, const char *spare_id,
+                  const char *op, sbx_error **error);
 /**
  * The uid and gid the sandbox's processes have inside its user namespace
  * for the create-time user @user (bwrap --uid/--gid): a number is that uid,

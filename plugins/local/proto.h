@@ -176,6 +176,13 @@
  *  rest, and a caller's workdir may already serve another sandbox). */
 #define PROTO_EXIT_TRASH_LEFT 4
 
+/** The descriptor a warm bubblewrap sandbox's launcher gives bwrap its
+ *  root's bind on (`bwrap --args`): "--bind META/mnt /", so that no
+ *  command line of the warm sandbox names META (launch() in
+ *  supervisor.c). */
+#define PROTO_ROOT_ARGS_FD 5
+#define PROTO_ROOT_ARGS_FD_STR "5"
+
 /** A warm supervisor's exit status when it could not rename its directory
  *  to the one CLAIM named (it exists): its keeper removes its own
  *  directory only, never the one of that name. */

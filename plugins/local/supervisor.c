@@ -52,6 +52,10 @@
  * below), and inside bwrap as `--control-fd=3 --init`, pid 1 of the
  * sandbox's pid namespace, where it does not fork away (the namespace ends
  * with it) and knows no path of its socket: it only holds the descriptors.
+ * A warm bubblewrap sandbox's (`--control-fd=3 --init --spare=ID`, started
+ * ahead by the library's client) waits for CONFIG with no time limit
+ * instead: it ends when its control socket closes first (its client freed,
+ * or the process holding it gone).
  */
 #include "proto.h"
 #ifdef SBX_SUPERVISOR_SECCOMP
@@ -200,6 +204,10 @@ static struct {
     int *owners;                 /* pidfds of the owning processes */
     size_t nowners;
 } S = { .listen_fd = -1, .sock_file_fd = -1, .sig_fd = -1 };
+
+/** Set by --init --spare=ID: the init of a warm bubblewrap sandbox, which
+ *  waits for CONFIG with no time limit (run()). */
+static int init_waits;
 
 /* ------------------------------------------------------------------------ */
 /* Small helpers                                                             */
@@ -2358,6 +2366,50 @@ static const char *keeper_spare;
  *  the library finished removing META (keeper()). */
 static int keeper_checks_destroy;
 
+/** The bubblewrap launcher's keeper: META as the launcher made it (its
+ *  device and inode), so that the keeper finds it under the name it has
+ *  when the sandbox ends: as made, renamed to DIR/claim_id by the create
+ *  that claimed it (a warm sandbox's, --spare-id), or either's trash name
+ *  (destroy renames META there for the keeper to remove). */
+static struct {
+    int on;
+    dev_t dev;
+    ino_t ino;
+    const char *claim_id;       /* --spare-id's ID; NULL for a cold start */
+} keeper_follow;
+
+/** 1 when @path is META (keeper_follow). */
+static int keeper_is_meta(const char *path)
+{
+    struct stat st;
+    return path && lstat(path, &st) == 0 && S_ISDIR(st.st_mode) && st.st_dev == keeper_follow.dev
+           && st.st_ino == keeper_follow.ino;
+}
+
+/** The name META (@meta as made) has now, malloc'd; NULL when it is gone
+ *  (or memory ran out). Without keeper_follow, @meta itself. */
+static char *keeper_meta_now(const char *meta)
+{
+    if (!keeper_follow.on || !meta)
+        return meta ? strdup(meta) : NULL;
+    char *names[4] = { strdup(meta), NULL, NULL, NULL };
+    const char *slash = strrchr(meta, '/');
+    if (keeper_follow.claim_id && slash
+        && asprintf(&names[1], "%.*s/%s", (int)(slash - meta), meta,
+                    keeper_follow.claim_id) < 0)
+        names[1] = NULL;
+    names[2] = names[0] ? proto_trash_path(names[0]) : NULL;
+    names[3] = names[1] ? proto_trash_path(names[1]) : NULL;
+    char *found = NULL;
+    for (int i = 0; i < 4; i++) {
+        if (!found && keeper_is_meta(names[i]))
+            found = names[i];
+        else
+            free(names[i]);
+    }
+    return found;
+}
+
 /** A caller's root_dir whose bwrap mount points the bubblewrap launcher's
  *  keeper removes (--clean-root); NULL for any other. */
 static const char *keeper_clean_root;
@@ -2391,8 +2443,9 @@ static void __attribute__((noreturn)) keeper(pid_t child, const char *meta, cons
          * this gets the lock, a META still there means the library died
          * midway (a SIGKILL of the application or the plugin host): all
          * of it goes below. */
-        int fd = keeper_checks_destroy && meta
-                 ? open(meta, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC) : -1;
+        char *named = keeper_checks_destroy ? keeper_meta_now(meta) : NULL;
+        int fd = named ? open(named, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC) : -1;
+        free(named);
         if (fd < 0)
             _exit(0);
         while (flock(fd, LOCK_EX) < 0 && errno == EINTR)
@@ -2434,17 +2487,20 @@ static void __attribute__((noreturn)) keeper(pid_t child, const char *meta, cons
     }
     if (keeper_clean_root)
         proto_clean_bwrap_root(keeper_clean_root);
-    if (meta && lent)
-        give_back(meta, lent);
+    /* META under its name now (keeper_meta_now): nothing when it is gone. */
+    char *meta_now = keeper_meta_now(meta);
+    if (meta_now && lent)
+        give_back(meta_now, lent);
     if (keeper_spare)
         proto_rm_tree(keeper_spare);
-    if (meta) {
-        proto_rm_tree(meta);
-        char *trash = proto_trash_path(meta);
+    if (meta_now) {
+        proto_rm_tree(meta_now);
+        char *trash = proto_trash_path(meta_now);
         if (trash)
             proto_rm_tree(trash);
         free(trash);
     }
+    free(meta_now);
     if (remove)
         proto_rm_tree(remove);
     _exit(0);
@@ -2515,7 +2571,12 @@ static int launch_setup(char **cg, size_t ncg, long seccomp_fd, long uid, long g
  *     sbx-supervisor --launch [--cgroup-procs=FILE]... [--seccomp-fd=N]
  *                    [--user=UID:GID] [--overlay=META] [--keep=META]
  *                    [--make-keep] [--remove=PATH] [--lent=ROOT] [--clean-root=ROOT]
- *                    -- PROGRAM ARG...
+ *                    [--spare-id=ID] -- PROGRAM ARG...
+ * With --spare-id (a warm sandbox, made ahead; with --make-keep and
+ * --overlay only): META may be renamed to DIR/ID (the keeper follows it,
+ * keeper_follow), the command line shows ID in place of META, there is no
+ * start-up log, and PROGRAM gets "--bind META/mnt /" on descriptor
+ * PROTO_ROOT_ARGS_FD (root_args_fd, for `bwrap --args`).
  * With --make-keep, makes META first (mode 0700; exit PROTO_EXIT_EXISTS
  * when it exists), its stderr META/log from then on, and --remove's PATH
  * when missing (one that exists is left to its owner); once the keeper
@@ -2579,12 +2640,52 @@ static int make_remove_dir(const char **remove, int *made, char *msg, size_t siz
     return -1;
 }
 
+/* A warm sandbox's bwrap gets "--bind META/mnt /" on PROTO_ROOT_ARGS_FD
+ * (`bwrap --args`), a pipe holding those three arguments. 0, or 1 (the
+ * reason on stderr). */
+static int root_args_fd(const char *meta)
+{
+    char *a = NULL;
+    int p[2];
+    int n = asprintf(&a, "--bind%c%s/mnt%c/%c", 0, meta, 0, 0);
+    if (n < 0 || pipe(p) < 0) {
+        fprintf(stderr, "sbx-supervisor: --spare-id: %s\n", strerror(errno));
+        free(a);
+        return 1;
+    }
+    int ok = write_all(p[1], a, (size_t)n, CONFIG_WAIT_MS) == 0;
+    free(a);
+    close(p[1]);
+    if (ok && p[0] != PROTO_ROOT_ARGS_FD) {
+        ok = dup2(p[0], PROTO_ROOT_ARGS_FD) == PROTO_ROOT_ARGS_FD;
+        close(p[0]);
+    }
+    if (!ok) {
+        fprintf(stderr, "sbx-supervisor: --spare-id: cannot pass the root's bind: %s\n",
+                strerror(errno));
+        return 1;
+    }
+    return 0;
+}
+
+/* A descriptor of at least @min for @fd (close-on-exec; @fd closed), or
+ * -1: so that nothing of the launcher sits where bwrap's descriptors go. */
+static int fd_at_least(int fd, int min)
+{
+    if (fd < 0 || fd >= min)
+        return fd;
+    int n = fcntl(fd, F_DUPFD_CLOEXEC, min);
+    close(fd);
+    return n;
+}
+
 static int launch(int argc, char **argv)
 {
     static const char cg_opt[] = "--cgroup-procs=", sc_opt[] = "--seccomp-fd=",
                       user_opt[] = "--user=", ovl_opt[] = "--overlay=",
-                      keep_opt[] = "--keep=", rm_opt[] = "--remove=", lent_opt[] = "--lent=";
-    const char *overlay = NULL, *keep = NULL, *remove = NULL, *lent = NULL;
+                      keep_opt[] = "--keep=", rm_opt[] = "--remove=", lent_opt[] = "--lent=",
+                      spare_opt[] = "--spare-id=";
+    const char *overlay = NULL, *keep = NULL, *remove = NULL, *lent = NULL, *spare_id = NULL;
     int make_keep = 0;
     char *cg[8];
     size_t ncg = 0;
@@ -2615,6 +2716,9 @@ static int launch(int argc, char **argv)
             keep = argv[i] + sizeof(keep_opt) - 1;
         } else if (strcmp(argv[i], "--make-keep") == 0) {
             make_keep = 1;
+        } else if (strncmp(argv[i], spare_opt, sizeof(spare_opt) - 1) == 0
+                   && argv[i][sizeof(spare_opt) - 1] && !strchr(argv[i], '/')) {
+            spare_id = argv[i] + sizeof(spare_opt) - 1;
         } else if (strncmp(argv[i], "--clean-root=/", 14) == 0) {
             keeper_clean_root = argv[i] + 13;
         } else if (strncmp(argv[i], rm_opt, sizeof(rm_opt) - 1) == 0
@@ -2652,6 +2756,35 @@ static int launch(int argc, char **argv)
         fprintf(stderr, "sbx-supervisor: --launch: --make-keep without --keep\n");
         return 2;
     }
+    if (spare_id && (!make_keep || !overlay || remove || lent || keeper_clean_root)) {
+        fprintf(stderr, "sbx-supervisor: --launch: --spare-id needs --make-keep and "
+                "--overlay, and no --remove, --lent or --clean-root\n");
+        return 2;
+    }
+    if (spare_id) {
+        /* A warm sandbox (made ahead, its META claimed and renamed to
+         * DIR/ID by a create): none of its command lines names META, so
+         * that it is nobody's to see but its client's. Ours shows the ID
+         * in place of the paths; bwrap's root comes on a descriptor. */
+        char *k = strdup(keep), *o = strdup(overlay);
+        if (!k || !o) {
+            free(k);
+            free(o);
+            return 1;
+        }
+        keep = k;
+        overlay = o;
+        for (int j = 2; j < i; j++) {
+            size_t len = strlen(argv[j]);
+            const char *opt = strncmp(argv[j], keep_opt, sizeof(keep_opt) - 1) == 0 ? keep_opt
+                              : strncmp(argv[j], ovl_opt, sizeof(ovl_opt) - 1) == 0 ? ovl_opt
+                              : NULL;
+            if (opt) {
+                memset(argv[j], 0, len);
+                snprintf(argv[j], len + 1, "%s%s", opt, spare_id);
+            }
+        }
+    }
     /* --make-keep: META is made here, so that it never exists without the
      * keeper (forked next) to remove it, whenever the library stops; its
      * start-up log is our stderr from now on. */
@@ -2662,8 +2795,23 @@ static int launch(int argc, char **argv)
             fprintf(stderr, "sbx-supervisor: cannot create %s: %s\n", keep, strerror(errno));
             return 1;
         }
+        /* The keeper follows META by its inode, whatever its name when
+         * the sandbox ends (keeper_follow). */
+        struct stat kst;
+        if (lstat(keep, &kst) < 0) {
+            fprintf(stderr, "sbx-supervisor: cannot look at %s: %s\n", keep, strerror(errno));
+            rmdir(keep);
+            return 1;
+        }
+        keeper_follow.on = 1;
+        keeper_follow.dev = kst.st_dev;
+        keeper_follow.ino = kst.st_ino;
+        keeper_follow.claim_id = spare_id;
+        /* A warm sandbox's start-up has no log: its descriptor would name
+         * META. */
         char *log = NULL;
-        int lfd = asprintf(&log, "%s/log", keep) < 0 ? -1
+        int lfd = spare_id ? open("/dev/null", O_WRONLY | O_CLOEXEC)
+                  : asprintf(&log, "%s/log", keep) < 0 ? -1
                   : open(log, O_WRONLY | O_CREAT | O_APPEND | O_NOFOLLOW | O_CLOEXEC, 0600);
         free(log);
         if (lfd >= 0) {
@@ -2685,6 +2833,11 @@ static int launch(int argc, char **argv)
      * successful exec closes it. */
     int pp[2];
     if (pipe2(pp, O_CLOEXEC) < 0)
+        return unmake(make_keep ? keep : NULL, remove, made_remove);
+    /* Above the descriptors bwrap gets (3, the filter's, the root's). */
+    pp[0] = fd_at_least(pp[0], PROTO_ROOT_ARGS_FD + 1);
+    pp[1] = fd_at_least(pp[1], PROTO_ROOT_ARGS_FD + 1);
+    if (pp[0] < 0 || pp[1] < 0)
         return unmake(make_keep ? keep : NULL, remove, made_remove);
     pid_t k = fork();
     if (k < 0)
@@ -2727,6 +2880,8 @@ static int launch(int argc, char **argv)
         }
         if (code == 0)
             code = launch_setup(cg, ncg, seccomp_fd, uid, gid, overlay);
+        if (code == 0 && spare_id)
+            code = root_args_fd(overlay);
         if (code == 0) {
             execv(argv[i + 1], argv + i + 1);
             fprintf(stderr, "sbx-supervisor: cannot run %s: %s\n", argv[i + 1],
@@ -3154,6 +3309,15 @@ int main(int argc, char **argv)
     const char *remove = NULL;
     if (argc == 3 && strcmp(argv[2], "--init") == 0)
         init_mode = 1;
+    /* --init --spare=ID: a warm bubblewrap sandbox's (ID its name once
+     * claimed), which waits for CONFIG for as long as its control socket
+     * is open. */
+    int spare_init = argc == 4 && strcmp(argv[2], "--init") == 0
+                     && strncmp(argv[3], "--spare=", 8) == 0 && argv[3][8];
+    if (spare_init) {
+        init_mode = 1;
+        init_waits = 1;
+    }
     /* --warm PAD: started ahead; the directory comes with CLAIM. */
     int warm = argc == 4 && strcmp(argv[1], "--control-fd=3") == 0
                && strcmp(argv[2], "--warm") == 0 && strlen(argv[3]) == PROTO_WARM_PAD
@@ -3163,7 +3327,7 @@ int main(int argc, char **argv)
     if (argc == 4 && strncmp(argv[3], rm_opt, sizeof(rm_opt) - 1) == 0
         && argv[3][sizeof(rm_opt) - 1] == '/')
         remove = argv[3] + sizeof(rm_opt) - 1;
-    if (argc != 3 + (remove != NULL) || strcmp(argv[1], "--control-fd=3") != 0
+    if (argc != 3 + (remove != NULL) + spare_init || strcmp(argv[1], "--control-fd=3") != 0
         || (!init_mode && (strncmp(argv[2], dir_opt, sizeof(dir_opt) - 1) != 0
                            || argv[2][sizeof(dir_opt) - 1] != '/'))
         || fcntl(ctl, F_GETFD) < 0) {
@@ -3344,6 +3508,12 @@ static int run(int init_mode, const char *remove, char **warm_argv, const char *
 
     uint32_t type, len;
     int cfg_fds[PROTO_CONFIG_FDS_MAX], n_cfg_fds = 0;
+    if (init_waits) {
+        /* A warm sandbox: CONFIG comes when a create claims it, or EOF. */
+        struct pollfd pf = { .fd = ctl, .events = POLLIN };
+        while (poll(&pf, 1, -1) < 0 && errno == EINTR)
+            ;
+    }
     unsigned char *cfg = read_control_frame(ctl, &type, &len, cfg_fds, PROTO_CONFIG_FDS_MAX,
                                             &n_cfg_fds);
     if (!cfg)
