@@ -554,8 +554,10 @@ Test(state, malformed_unknown_version_and_wrong_backend_are_invalid_argument)
     expect_invalid(s, "\"id\" must be a non-empty string");
     free(s);
     s = tu_strdup_printf("{\"version\":1,\"backend\":\"%s\",\"id\":\"%s\","
-                         "\"timeout_secs\":-1,\"data\":%s}", be, id, d);
-    expect_invalid(s, "\"timeout_secs\" must be positive");
+                         "\"timeout_secs\":-2,\"data\":%s}", be, id, d);
+    /* -1 is no lifetime (SBX_TIMEOUT_NONE); any other negative is malformed. */
+    expect_invalid(s, "\"timeout_secs\" must be positive and finite, or -1 for no lifetime "
+                   "(got -2)");
     free(s);
     s = tu_strdup_printf("{\"version\":1,\"backend\":\"%s\",\"id\":\"%s\","
                          "\"timeout_secs\":600,\"data\":[]}", be, id);
