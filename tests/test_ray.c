@@ -20,7 +20,9 @@
  * was lost is sent again and the command runs once; the plugin's own jobs
  * take none of the sandbox's resources; a process freed while it runs leaves
  * no job; a command's output comes through the log's tail WebSocket while
- * it runs, the log never polled.
+ * it runs, the log never polled; the lifetime is a job of the plugin's own
+ * that ends the sandbox (a 2 s one leaves nothing by 4 s, calls after it
+ * are not_found naming the expiry) and that destroy stops.
  */
 #include "testutil.h"
 

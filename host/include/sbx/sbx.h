@@ -413,9 +413,11 @@ SBX_EXPORT int sbx_options_set_workdir(sbx_options *options, const char *path,
 /**
  * sbx_options_set_timeout_secs:
  * The sandbox's lifetime (ended by the backend where it has
- * SBX_CAP_LIFETIME: docker, local, bubblewrap; on local and bubblewrap
- * counted from readiness, calls after it fail with not_found naming the
- * expiry), and the default exec timeout: what is left of the lifetime, as
+ * SBX_CAP_LIFETIME: docker, local, bubblewrap, ray and cloudflare among
+ * others; on local, bubblewrap, ray and cloudflare counted from
+ * readiness, calls after it fail with not_found naming the expiry; the
+ * README's lifetime table says who ends what on each backend), and the
+ * default exec timeout: what is left of the lifetime, as
  * the creating process counts it from the create call (at least 1 s; an
  * exec's own timeout overrides it). Seconds, > 0 and finite; default
  * SBX_DEFAULT_TIMEOUT_SECS.
