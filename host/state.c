@@ -347,6 +347,13 @@ sbx_sandbox_resume(sbx_client *client, const char *state_json, sbx_error **error
         sbx_error_add_context(e, "state_backend", st.backend);
         goto fail;
     }
+    /* No lifetime is only made where the owners bound the sandbox. */
+    if (st.timeout_secs < 0 && !(client->plugin->caps & SBX_CAP_OWNER_WATCH)) {
+        bad_state(&err, "timeout_secs", "\"timeout_secs\" -1 (no lifetime) is not for backend "
+                  "\"%s\": it cannot end an attached sandbox when its owners end",
+                  client->backend);
+        goto fail;
+    }
     resume = SBX_SLOT(client->plugin, resume);
     sandbox_free = SBX_SLOT(client->plugin, sandbox_free);
     if (!resume) {

@@ -2072,8 +2072,11 @@ SBX_EXPORT char *sbx_sandbox_session_state(sbx_sandbox *sandbox, sbx_error **err
  * Reattaches to the sandbox described by @state_json (borrowed). The
  * resumed sandbox sees the same files and the same running background
  * processes. Errors: invalid_argument for a malformed document, a version
- * this library does not know or a backend other than @client's; not_found
- * when the sandbox no longer exists; feature_not_supported. Since 0.1.
+ * this library does not know, a backend other than @client's, or
+ * "timeout_secs": -1 (no lifetime) for a backend without
+ * SBX_CAP_OWNER_WATCH; not_found when the sandbox no longer exists (after
+ * its lifetime: naming the expiry, on the backends that end it);
+ * feature_not_supported. Since 0.1.
  */
 SBX_EXPORT sbx_sandbox *sbx_sandbox_resume(sbx_client *client, const char *state_json,
                                            sbx_error **error);
