@@ -165,6 +165,11 @@ int cli_parse_options_only(const cli_command *cmd, int argc, char **argv,
 int cli_parse_positive(const cli_command *cmd, const char *option, const char *arg,
                        const char *unit, double *out);
 
+/* cli_parse_positive, the error ending with "; " and @otherwise (what
+ * else is allowed; NULL: nothing). */
+int cli_parse_positive_or(const cli_command *cmd, const char *option, const char *arg,
+                          const char *unit, const char *otherwise, double *out);
+
 /* The same for a whole number from 1 to INT64_MAX (MiB). */
 int cli_parse_positive_int64(const cli_command *cmd, const char *option, const char *arg,
                              const char *unit, int64_t *out);
@@ -548,8 +553,15 @@ typedef struct cli_creation {
 int cli_set_backend(const cli_command *cmd, const char *arg, void *ctx);
 
 /* --timeout SECONDS: the lifetime and default command timeout (a finite number
- * > 0); a cli_option_fn whose @ctx is a cli_creation. */
+ * > 0); a cli_option_fn whose @ctx is a cli_creation. For run and create
+ * an invalid value's error also says how to have no lifetime (run's
+ * --no-lifetime) or why there is none (create's sandboxes are detached). */
 int cli_set_timeout(const cli_command *cmd, const char *arg, void *ctx);
+
+/* 1 after run's --no-lifetime: its one-shot sandbox gets no lifetime
+ * (SBX_TIMEOUT_NONE) and its command no timeout unless --timeout gives
+ * one. create refuses the option (its sandboxes are detached). */
+extern int cli_creation_no_lifetime;
 
 /*
  * Parses the creation options of run and create (-b -e -w --timeout --cpu
@@ -607,7 +619,9 @@ typedef struct cli_oneshot {
  * ends the command), destroys the sandbox in every case and returns the
  * exit status for the tool. The timeout_secs of @options becomes the
  * command's timeout; the sandbox's lifetime is set to it plus
- * CLI_ONESHOT_LIFETIME_GRACE_SECS.
+ * CLI_ONESHOT_LIFETIME_GRACE_SECS. After --no-lifetime
+ * (cli_creation_no_lifetime) the sandbox has none, and the command's
+ * timeout is --timeout's when given, else none.
  */
 int cli_oneshot_run(const char *backend, sbx_options *options, const cli_oneshot *what);
 

@@ -243,8 +243,8 @@ int cli_parse_options_only(const cli_command *cmd, int argc, char **argv,
     return status == CLI_GO_ON ? cli_no_operands(cmd, argc, argv) : status;
 }
 
-int cli_parse_positive(const cli_command *cmd, const char *option, const char *arg,
-                       const char *unit, double *out)
+int cli_parse_positive_or(const cli_command *cmd, const char *option, const char *arg,
+                          const char *unit, const char *otherwise, double *out)
 {
     char *end = (char *)arg;
     double v;
@@ -253,9 +253,16 @@ int cli_parse_positive(const cli_command *cmd, const char *option, const char *a
     v = *arg != '\0' ? strtod(arg, &end) : 0;
     if (*arg == '\0' || errno != 0 || *end != '\0' || !isfinite(v) || v <= 0)
         return cli_usage_error(cmd, "invalid %s value \"%s\": expected %s, a finite number "
-                               "greater than 0 (fractions allowed)", option, arg, unit);
+                               "greater than 0 (fractions allowed)%s%s", option, arg, unit,
+                               otherwise != NULL ? "; " : "", otherwise != NULL ? otherwise : "");
     *out = v;
     return CLI_GO_ON;
+}
+
+int cli_parse_positive(const cli_command *cmd, const char *option, const char *arg,
+                       const char *unit, double *out)
+{
+    return cli_parse_positive_or(cmd, option, arg, unit, NULL, out);
 }
 
 int cli_parse_positive_int64(const cli_command *cmd, const char *option, const char *arg,

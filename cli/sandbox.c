@@ -86,7 +86,41 @@ static int set_positive(const cli_command *cmd, const char *option, const char *
 
 int cli_set_timeout(const cli_command *cmd, const char *arg, void *ctx)
 {
-    return set_positive(cmd, "--timeout", "seconds", arg, ctx, sbx_options_set_timeout_secs);
+    sbx_error *error = NULL;
+    const char *otherwise = NULL;
+    double v;
+    int rc;
+
+    if (cmd == &cli_command_run)
+        otherwise = "for no lifetime, --no-lifetime (local, bubblewrap, safehouse: the "
+                    "sandbox then ends with sbx)";
+    else if (cmd == &cli_command_create)
+        otherwise = "a sandbox of create outlives sbx, so it needs a lifetime (`sbx run "
+                    "--no-lifetime` runs a command in a sandbox without one)";
+    rc = cli_parse_positive_or(cmd, "--timeout", arg, "seconds", otherwise, &v);
+    if (rc != CLI_GO_ON)
+        return rc;
+    return setter_status(sbx_options_set_timeout_secs(OPTIONS(ctx), v, &error), &error);
+}
+
+int cli_creation_no_lifetime;
+
+/* --no-lifetime (run): no lifetime for the one-shot sandbox, which ends
+ * with sbx (attached); the library refuses it where the backend cannot
+ * end it then. */
+static int set_no_lifetime(const cli_command *cmd, const char *arg, void *ctx)
+{
+    (void)arg;
+    (void)ctx;
+    if (cmd == &cli_command_create)
+        return cli_usage_error(cmd, "--no-lifetime is refused: a sandbox of create outlives "
+                               "sbx (it is detached), and only its lifetime ends it; give "
+                               "--timeout SECONDS, or use `sbx run --no-lifetime`, whose "
+                               "sandbox ends with sbx");
+    if (cmd != &cli_command_run)
+        return cli_usage_error(cmd, "--no-lifetime is an option of `sbx run`");
+    cli_creation_no_lifetime = 1;
+    return CLI_GO_ON;
 }
 
 static int set_tty(const cli_command *cmd, const char *arg, void *ctx)
@@ -355,6 +389,7 @@ static int parse_creation(const cli_command *cmd, int argc, char **argv, sbx_opt
         { "image", 0, 1, NULL, set_image },
         { "preset", 0, 1, NULL, set_preset },
         { "no-internet", 0, 0, NULL, set_no_internet },
+        { "no-lifetime", 0, 0, NULL, set_no_lifetime },
         { "opt", 0, 1, NULL, add_backend_option },
         { "file", 0, 1, NULL, add_file_option },
         { "verbose", 'v', 0, NULL, set_verbose },
@@ -601,17 +636,26 @@ int cli_oneshot_run(const char *backend, sbx_options *options, const cli_oneshot
     memset(&job, 0, sizeof job);
     job.what = what;
     job.timeout = sbx_options_get_timeout_secs(options);
-    if (sbx_options_set_timeout_secs(options, job.timeout + CLI_ONESHOT_LIFETIME_GRACE_SECS,
-                                     NULL) < 0)
+    if (cli_creation_no_lifetime) {
+        /* --timeout, when given, is the command's alone. */
+        if (!sbx_options_is_set(options, SBX_OPTION_TIMEOUT_SECS))
+            job.timeout = -1;
+        sbx_options_set_timeout_secs(options, SBX_TIMEOUT_NONE, NULL);
+    } else if (sbx_options_set_timeout_secs(options,
+                                            job.timeout + CLI_ONESHOT_LIFETIME_GRACE_SECS,
+                                            NULL) < 0) {
         job.timeout = 0;
+    }
     job.sandbox = sbx_create(backend, options, &error);
     if (job.sandbox == NULL) {
         const char *option = sbx_error_get0_context(error, "option");
-        int lifetime = job.timeout > 0 && option != NULL && strcmp(option, "timeout_secs") == 0;
+        int lifetime = option != NULL && strcmp(option, "timeout_secs") == 0;
 
         cli_error(error);
         /* The value refused is not the one given: say where it comes from. */
-        if (lifetime)
+        if (lifetime && cli_creation_no_lifetime)
+            cli_msg("--no-lifetime asked for no lifetime; give --timeout SECONDS instead");
+        else if (lifetime && job.timeout > 0)
             cli_msg("the lifetime asked for was --timeout %.15g plus the %g s the sandbox "
                     "is kept past it, so that the timeout ends the command",
                     job.timeout, CLI_ONESHOT_LIFETIME_GRACE_SECS);

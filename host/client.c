@@ -936,6 +936,38 @@ record_created(sbx_sandbox *sandbox)
     free(state);
 }
 
+/*
+ * A sandbox without a lifetime (SBX_TIMEOUT_NONE) only where its owners
+ * bound it: attached, on a backend that ends it when they end, SIGKILL
+ * included, in both plugin modes (SBX_CAP_OWNER_WATCH). Else -1 with a
+ * configuration error naming the option and the reason.
+ */
+static int
+refuse_no_lifetime(sbx_client *client, const sbx_options *options, const char *op,
+                   sbx_error **err)
+{
+    sbx_error *e;
+
+    if (sbx_options_get_detached(options)) {
+        e = sbx_set_error(err, SBX_ERROR_CONFIGURATION, op,
+                          "timeout_secs: a detached sandbox needs a lifetime: nothing else "
+                          "ends it (no lifetime, SBX_TIMEOUT_NONE, is for an attached "
+                          "sandbox, which ends with its owners)");
+        sbx_error_add_context(e, "reason", "detached");
+    } else if (!(client->plugin->caps & SBX_CAP_OWNER_WATCH)) {
+        e = sbx_set_error(err, SBX_ERROR_CONFIGURATION, op,
+                          "timeout_secs: backend \"%s\" cannot end an attached sandbox when "
+                          "its owners end, so it needs a lifetime (no lifetime, "
+                          "SBX_TIMEOUT_NONE, is for local, bubblewrap and safehouse)",
+                          client->backend);
+        sbx_error_add_context(e, "reason", "backend");
+    } else {
+        return 0;
+    }
+    sbx_error_add_context(e, "option", "timeout_secs");
+    return -1;
+}
+
 SBX_EXPORT sbx_sandbox *
 sbx_sandbox_create(sbx_client *client, const sbx_options *options, sbx_error **error)
 {
@@ -1001,7 +1033,9 @@ sbx_sandbox_create(sbx_client *client, const sbx_options *options, sbx_error **e
     }
     req.workdir = sbx_options_get0_workdir(options);
     req.env = sbx_strv_view(&env);
-    req.expires_at = sbx_wallclock_now() + req.timeout_secs;
+    if (req.timeout_secs < 0 && refuse_no_lifetime(client, options, op, &err) < 0)
+        goto fail;
+    req.expires_at = req.timeout_secs > 0 ? sbx_wallclock_now() + req.timeout_secs : 0;
     expires_mono = req.timeout_secs > 0 ? sbx_monotonic_now() + req.timeout_secs : 0;
     req.image = sbx_options_get0_image(options);
     req.template_name = sbx_options_get0_template(options);
@@ -1367,6 +1401,18 @@ sbx_sandbox_detach(sbx_sandbox *sandbox, sbx_error **error)
                       "sandbox %s has no lifecycle record (it was not made or resumed "
                       "through this record)", sandbox->id);
         sbx_error_add_context(err, "sandbox_id", sandbox->id);
+        finish_error(error, err, sandbox->client->backend, op);
+        return -1;
+    }
+    if (sandbox->timeout_secs < 0) {
+        sbx_error *e = sbx_set_error(&err, SBX_ERROR_CONFIGURATION, op,
+                                     "timeout_secs: sandbox %s has no lifetime, and a detached "
+                                     "sandbox needs one: nothing else would end it",
+                                     sandbox->id);
+
+        sbx_error_add_context(e, "option", "timeout_secs");
+        sbx_error_add_context(e, "reason", "detached");
+        sbx_error_add_context(e, "sandbox_id", sandbox->id);
         finish_error(error, err, sandbox->client->backend, op);
         return -1;
     }

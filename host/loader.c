@@ -98,6 +98,7 @@ static const struct {
     { SBX_CAP_BACKGROUND, "background" },
     { SBX_CAP_EXEC_STDIN_STREAM, "exec_stdin_stream" },
     { SBX_CAP_USER, "user" },
+    { SBX_CAP_OWNER_WATCH, "owner_watch" },
 };
 
 SBX_EXPORT const char *

@@ -220,9 +220,19 @@ sbx_options_set_timeout_secs(sbx_options *options, double secs, sbx_error **erro
 {
     static const char op[] = "set_timeout_secs";
 
-    if (check_options(options, op, error) < 0 ||
-        check_positive(op, "timeout_secs", secs, error) < 0)
+    if (check_options(options, op, error) < 0)
         return -1;
+    /* SBX_TIMEOUT_NONE, exactly: no lifetime (create decides whether the
+     * backend and the attachment allow it). */
+    if (!(secs == SBX_TIMEOUT_NONE || (secs > 0 && isfinite(secs)))) {
+        sbx_error *e = sbx_set_error(error, SBX_ERROR_INVALID_ARGUMENT, op,
+                                     "timeout_secs must be seconds > 0 and finite, or "
+                                     "SBX_TIMEOUT_NONE for no lifetime (got %g)", secs);
+
+        sbx_error_add_context(e, "option", "timeout_secs");
+        sbx_error_add_contextf(e, "value", "%g", secs);
+        return -1;
+    }
     options->timeout_secs = secs;
     options->set |= SBX_OPTION_TIMEOUT_SECS;
     return 0;

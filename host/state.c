@@ -14,7 +14,8 @@
  * sandbox's default exec timeout, size — cpu, memory_mb and gpu as the
  * create asked for them — so the resumed sandbox's compute is priced at
  * its own size). A document without size (written before it existed) is
- * priced at the default size.
+ * priced at the default size. timeout_secs is -1 for a sandbox without a
+ * lifetime (SBX_TIMEOUT_NONE: JSON has no infinity).
  */
 #include <errno.h>
 #include <math.h>
@@ -178,7 +179,7 @@ static const char *json_value_text(json_object *v)
 
 /*
  * Parses and checks @json: an object with version 1, non-empty string
- * backend and id, a positive finite timeout_secs and an object data, and
+ * backend and id, a positive finite timeout_secs (or -1: none) and an object data, and
  * nothing after it but white space. Returns 0, or -1 with *@err an
  * invalid_argument error naming what is wrong.
  */
@@ -256,9 +257,10 @@ state_parse(const char *json, state_doc *st, sbx_error **err)
         goto fail;
     }
     st->timeout_secs = json_object_get_double(v);
-    if (!isfinite(st->timeout_secs) || st->timeout_secs <= 0) {
-        bad_state(err, "timeout_secs", "\"timeout_secs\" must be positive and finite (got %s)",
-                  json_value_text(v));
+    if (st->timeout_secs != SBX_TIMEOUT_NONE &&
+        (!isfinite(st->timeout_secs) || st->timeout_secs <= 0)) {
+        bad_state(err, "timeout_secs", "\"timeout_secs\" must be positive and finite, or -1 "
+                  "for no lifetime (got %s)", json_value_text(v));
         goto fail;
     }
 
@@ -343,6 +345,13 @@ sbx_sandbox_resume(sbx_client *client, const char *state_json, sbx_error **error
                       "it is for backend \"%s\", and this client is for backend \"%s\"",
                       st.backend, client->backend);
         sbx_error_add_context(e, "state_backend", st.backend);
+        goto fail;
+    }
+    /* No lifetime is only made where the owners bound the sandbox. */
+    if (st.timeout_secs < 0 && !(client->plugin->caps & SBX_CAP_OWNER_WATCH)) {
+        bad_state(&err, "timeout_secs", "\"timeout_secs\" -1 (no lifetime) is not for backend "
+                  "\"%s\": it cannot end an attached sandbox when its owners end",
+                  client->backend);
         goto fail;
     }
     resume = SBX_SLOT(client->plugin, resume);

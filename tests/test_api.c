@@ -267,9 +267,10 @@ Test(caps, names)
         {SBX_CAP_BACKGROUND, "background"},
         {SBX_CAP_EXEC_STDIN_STREAM, "exec_stdin_stream"},
         {SBX_CAP_USER, "user"},
+        {SBX_CAP_OWNER_WATCH, "owner_watch"},
     };
     size_t n = sizeof caps / sizeof caps[0];
-    cr_assert_eq(n, 20);
+    cr_assert_eq(n, 21);
     for (size_t i = 0; i < n; i++) {
         cr_assert_eq(caps[i].cap, UINT64_C(1) << i, "bit %zu", i);
         const char *got = sbx_capability_name(caps[i].cap);
@@ -279,7 +280,7 @@ Test(caps, names)
     cr_assert_null(sbx_capability_name(0));
     cr_assert_null(sbx_capability_name(SBX_CAP_EXEC | SBX_CAP_FILES));
     cr_assert_null(sbx_capability_name(SBX_CAP_CPU_LIMIT | SBX_CAP_MEMORY_LIMIT));
-    cr_assert_null(sbx_capability_name(UINT64_C(1) << 20));
+    cr_assert_null(sbx_capability_name(UINT64_C(1) << 21));
     cr_assert_null(sbx_capability_name(UINT64_C(1) << 63));
     cr_assert_null(sbx_capability_name(UINT64_MAX));
 }
@@ -428,7 +429,9 @@ Test(options, invalid_env_keys)
 
 Test(options, invalid_timeouts)
 {
-    const double bad[] = {0.0, -1.0, -0.0, NAN, INFINITY, -INFINITY};
+    /* -1 is SBX_TIMEOUT_NONE (below); any other negative is refused. */
+    const double bad[] = {0.0, -2.0, -0.5, -0.0, NAN, INFINITY, -INFINITY};
+    const char *text[] = {"0", "-2", "-0.5", "-0", "nan", "inf", "-inf"};
     for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
         sbx_options *o = sbx_options_new();
         sbx_error *err = NULL;
@@ -436,11 +439,31 @@ Test(options, invalid_timeouts)
                      bad[i]);
         cr_assert_not_null(err);
         cr_assert_eq(sbx_error_get_code(err), SBX_ERROR_INVALID_ARGUMENT);
+        char want[160];
+        snprintf(want, sizeof want, "timeout_secs must be seconds > 0 and finite, or "
+                 "SBX_TIMEOUT_NONE for no lifetime (got %s)", text[i]);
+        cr_assert_str_eq(sbx_error_get0_message(err), want);
+        cr_assert_str_eq(sbx_error_get0_context(err, "option"), "timeout_secs");
         cr_assert_eq(sbx_options_is_set(o, SBX_OPTION_TIMEOUT_SECS), 0);
         cr_assert_eq(sbx_options_get_timeout_secs(o), 600.0);
         sbx_error_free(err);
         sbx_options_free(o);
     }
+}
+
+/* SBX_TIMEOUT_NONE is -1 (what JSON carries) and is kept as set. */
+Test(options, no_lifetime)
+{
+    sbx_options *o = sbx_options_new();
+    sbx_error *err = NULL;
+    cr_assert_eq(SBX_TIMEOUT_NONE, -1.0);
+    cr_assert_eq(sbx_options_set_timeout_secs(o, SBX_TIMEOUT_NONE, &err), 0);
+    cr_assert_null(err);
+    cr_assert_eq(sbx_options_is_set(o, SBX_OPTION_TIMEOUT_SECS), 1);
+    cr_assert_eq(sbx_options_get_timeout_secs(o), -1.0);
+    cr_assert_eq(sbx_options_set_timeout_secs(o, 30, &err), 0);
+    cr_assert_eq(sbx_options_get_timeout_secs(o), 30.0);
+    sbx_options_free(o);
 }
 
 Test(options, invalid_cpu_and_memory)

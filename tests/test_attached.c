@@ -276,6 +276,11 @@ static pid_t running_pid(sbx_sandbox *sb)
  * returns). With @exit_after 2, each attached sandbox is resumed on that
  * client and its creating handle freed before the exit.
  */
+/* The lifetime start_holder() gives its attached sandboxes (its detached
+ * ones have 600 s): SBX_TIMEOUT_NONE for the tests of sandboxes without a
+ * lifetime, which only their owners bound. */
+static double g_attached_lifetime = 600;
+
 static void start_holder(held *h, int nattached, int ndetached, int exec, sbx_plugin_mode mode,
                          int exit_after)
 {
@@ -300,7 +305,10 @@ static void start_holder(held *h, int nattached, int ndetached, int exec, sbx_pl
             _exit(2);
         }
         sbx_options *o = sbx_options_new();
-        sbx_options_set_timeout_secs(o, 600, NULL);
+        if (sbx_options_set_timeout_secs(o, g_attached_lifetime, &err) < 0) {
+            dprintf(p[1], "E options: %s\n", sbx_error_get0_message(err));
+            _exit(2);
+        }
         sbx_options *d = sbx_options_new();
         sbx_options_set_timeout_secs(d, 600, NULL);
         sbx_options_set_detached(d, 1, NULL);
@@ -887,6 +895,12 @@ static void supervisors_end_them(sbx_plugin_mode mode, char victim)
     start_holder(&h, 20, 2, 1, mode, 0);
     for (int i = 0; i < h.n; i++)
         assert_there(&h, i);
+    if (g_attached_lifetime < 0) {
+        for (int i = 0; i < h.n; i++)
+            cr_assert_eq(strstr(h.state[i], "\"timeout_secs\":-1,") != NULL, !h.detached[i],
+                         "%s", h.state[i]);
+        cr_assert_eq(rows_where("detached = 0 AND expires_at = 0"), 20);
+    }
     if (victim == 'h') {
         /* Their owner is the application, which lives on: its next call
          * would start a new host that resumes them. (The execs in flight
@@ -947,6 +961,68 @@ Test(attached, in_process_sigkill_bubblewrap)
 {
     cr_assert_eq(setenv("SBX_TEST_BACKEND", "bubblewrap", 1), 0);
     supervisors_end_them(SBX_PLUGIN_MODE_IN_PROCESS, 'a');
+}
+
+/* Attached sandboxes without a lifetime (SBX_TIMEOUT_NONE: the session
+ * state says "timeout_secs":-1): their owner is all that bounds them, and
+ * its SIGKILL ends them as it ends those with one, in both plugin modes
+ * and on local and bubblewrap; sbx_gc() then reaps their rows (their
+ * owners are gone; they have no expiry). */
+static void no_lifetime_owner_sigkill(const char *backend, sbx_plugin_mode mode)
+{
+    cr_assert_eq(setenv("SBX_TEST_BACKEND", backend, 1), 0);
+    g_attached_lifetime = SBX_TIMEOUT_NONE;
+    if (mode == SBX_PLUGIN_MODE_IN_PROCESS) {
+        supervisors_end_them(mode, 'a');
+        return;
+    }
+    held h;
+    start_holder(&h, 20, 2, 1, mode, 0);
+    for (int i = 0; i < h.n; i++) {
+        assert_there(&h, i);
+        cr_assert_eq(strstr(h.state[i], "\"timeout_secs\":-1,") != NULL, !h.detached[i],
+                     "%s", h.state[i]);
+    }
+    cr_assert_eq(rows_where("detached = 0 AND expires_at = 0"), 20);
+    double t0 = tu_now();
+    cr_assert_eq(kill(h.child, SIGKILL), 0);
+    cr_assert_eq(waitpid(h.child, NULL, 0), h.child);
+    double took = wait_attached_gone(&h, t0, 5.0);
+    fprintf(stderr, "# %s, out of process: 20 attached sandboxes without a lifetime gone %.3f s "
+            "after the SIGKILL\n", backend, took);
+    cr_assert_eq(rows_where("detached = 0"), 0);
+    cr_assert_eq(sbx_gc(SBX_GC_DRY_RUN, NULL, NULL, NULL), 0);
+    destroy_detached(&h);
+    held_free(&h);
+}
+
+Test(attached, no_lifetime_sigkill_local_out_of_process)
+{
+    no_lifetime_owner_sigkill("local", SBX_PLUGIN_MODE_OUT_OF_PROCESS);
+}
+
+Test(attached, no_lifetime_sigkill_local_in_process)
+{
+    no_lifetime_owner_sigkill("local", SBX_PLUGIN_MODE_IN_PROCESS);
+}
+
+Test(attached, no_lifetime_sigkill_bubblewrap_out_of_process)
+{
+    no_lifetime_owner_sigkill("bubblewrap", SBX_PLUGIN_MODE_OUT_OF_PROCESS);
+}
+
+Test(attached, no_lifetime_sigkill_bubblewrap_in_process)
+{
+    no_lifetime_owner_sigkill("bubblewrap", SBX_PLUGIN_MODE_IN_PROCESS);
+}
+
+/* Out of process with the plugin host SIGKILLed first: the supervisors,
+ * which watch the application, still end them within 5 s of its SIGKILL. */
+Test(attached, no_lifetime_host_then_application_sigkill_local)
+{
+    cr_assert_eq(setenv("SBX_TEST_BACKEND", "local", 1), 0);
+    g_attached_lifetime = SBX_TIMEOUT_NONE;
+    supervisors_end_them(SBX_PLUGIN_MODE_OUT_OF_PROCESS, 'h');
 }
 
 Test(attached, supervisor_watch_plugin_host_sigkill_bubblewrap)

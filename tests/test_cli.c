@@ -836,6 +836,38 @@ Test(cli, run_bad_numbers_are_125)
     free_run(&r);
 }
 
+/* run --no-lifetime: the sandbox has no lifetime and the command no
+ * timeout but --timeout's; a backend whose sandbox would outlive a killed
+ * sbx refuses it with a configuration error naming the option and why,
+ * and sbx says where the request came from. */
+Test(cli, run_no_lifetime)
+{
+    cli_run r = SBX("run", "--no-lifetime", "--", "sh", "-c", "echo ok");
+
+    cr_expect_eq(r.status, 0, "status %d: %s", r.status, r.err);
+    cr_expect_str_eq(r.out, "ok\n");
+    cr_expect_str_empty(r.err);
+    free_run(&r);
+    r = SBX("run", "--no-lifetime", "--timeout", "1", "--", "sleep", "30");
+    cr_expect_eq(r.status, 124, "status %d: %s", r.status, r.err);
+    cr_expect(r.secs < 10, "took %.1f s", r.secs);
+    free_run(&r);
+    r = SBX("run", "--no-lifetime", "-b", "docker", "--", "true");
+    cr_expect_eq(r.status, 125);
+    cr_expect_str_empty(r.out);
+    if (strstr(r.err, "backend_not_installed") == NULL)   /* a build with docker's plugin */
+        cr_expect_str_eq(r.err,
+                     "sbx: timeout_secs: backend \"docker\" cannot end an attached sandbox when "
+                     "its owners end, so it needs a lifetime (no lifetime, SBX_TIMEOUT_NONE, is "
+                     "for local, bubblewrap and safehouse) [code=configuration; backend=docker; "
+                     "op=create; reason=backend; option=timeout_secs]\nsbx: --no-lifetime asked "
+                     "for no lifetime; give --timeout SECONDS instead\n");
+    free_run(&r);
+    r = SBX("exec-code", "--no-lifetime", "print(1)");
+    cr_expect_eq(r.status, 125);
+    free_run(&r);
+}
+
 /* A number out of range is refused naming the value and what is allowed:
  * what sbx_options_set_timeout_secs, _set_cpu and _set_memory_mb accept. */
 Test(cli, bad_numbers_name_the_allowed_range)
@@ -846,10 +878,18 @@ Test(cli, bad_numbers_name_the_allowed_range)
     } cases[] = {
         { { "create", "--timeout", "0" },
           "sbx: invalid --timeout value \"0\": expected seconds, a finite number greater than 0 "
-          "(fractions allowed)\nsbx: see 'sbx create --help'\n" },
+          "(fractions allowed); a sandbox of create outlives sbx, so it needs a lifetime (`sbx "
+          "run --no-lifetime` runs a command in a sandbox without one)\n"
+          "sbx: see 'sbx create --help'\n" },
         { { "run", "--timeout=0", "--", "true" },
           "sbx: invalid --timeout value \"0\": expected seconds, a finite number greater than 0 "
-          "(fractions allowed)\nsbx: see 'sbx run --help'\n" },
+          "(fractions allowed); for no lifetime, --no-lifetime (local, bubblewrap, safehouse: "
+          "the sandbox then ends with sbx)\nsbx: see 'sbx run --help'\n" },
+        { { "create", "--no-lifetime" },
+          "sbx: --no-lifetime is refused: a sandbox of create outlives sbx (it is detached), and "
+          "only its lifetime ends it; give --timeout SECONDS, or use `sbx run --no-lifetime`, "
+          "whose sandbox ends with sbx\nsbx: see 'sbx create --help'\n" },
+
         { { "exec-code", "--timeout", "inf", "print(1)" },
           "sbx: invalid --timeout value \"inf\": expected seconds, a finite number greater than 0 "
           "(fractions allowed)\nsbx: see 'sbx exec-code --help'\n" },
@@ -2437,7 +2477,7 @@ Test(cli, inspect_shows_the_exposed_ports_as_json_and_text)
     cr_assert(asprintf(&want, "id: %s\nname: web\nbackend: local\nprovider_id: %s\n"
                        "state: running\ncreated: %s\nexpires: %s\noptions: {}\ncapabilities: exec,"
                        "exec_stdin,files,dir_transfer,resume,pty,lifetime,exposed_ports,"
-                       "background,exec_stdin_stream\nport: 40123/tcp -> 127.0.0.1:40123\n"
+                       "background,exec_stdin_stream,owner_watch\nport: 40123/tcp -> 127.0.0.1:40123\n"
                        "port: 40124/tcp -> 127.0.0.1:40124\n", id, id, created, expires) > 0);
     cr_expect_str_eq(r.out, want);
     free(want);
@@ -2484,7 +2524,8 @@ Test(cli, inspect_prints_the_record_state_options_and_capabilities)
                        "\"expires\": \"%s\", \"options\": { \"timeout_secs\": 300.0, "
                        "\"env_vars\": true }, \"capabilities\": [ \"exec\", \"exec_stdin\", "
                        "\"files\", \"dir_transfer\", \"resume\", \"pty\", \"lifetime\", "
-                       "\"exposed_ports\", \"background\", \"exec_stdin_stream\" ], \"ports\": [ ] "
+                       "\"exposed_ports\", \"background\", \"exec_stdin_stream\", \"owner_watch\" ], "
+                       "\"ports\": [ ] "
                        "}", id, id, created, expires) > 0);
     cr_expect_str_eq(json_object_to_json_string_ext(o, JSON_C_TO_STRING_SPACED), want);
     free(want);
@@ -4120,7 +4161,7 @@ static void left_of_sandbox(const char *dir, pid_t cmd, char *out, size_t size)
  * which outlives sbx, destroys it; in process its supervisor, which
  * watches sbx, ends it.
  */
-static void run_sigkill_leaves_nothing(const char *mode)
+static void run_sigkill_leaves_nothing(const char *mode, int no_lifetime)
 {
     char mode_var[64], dir[PATH_MAX], left[2 * PATH_MAX];
     const char *env[] = { mode_var, NULL };
@@ -4132,8 +4173,11 @@ static void run_sigkill_leaves_nothing(const char *mode)
     size_t top = strlen(g_tmpdir) + 1;
 
     set_path(mode_var, sizeof mode_var, "SBX_PLUGIN_MODE=%s", mode);
-    spec.args = (const char *const[]){ "run", "--", "sh", "-c",
-                                       "echo $$ \"$SANDBOX_ROOT\"; exec sleep 100", NULL };
+    spec.args = no_lifetime
+        ? (const char *const[]){ "run", "--no-lifetime", "--", "sh", "-c",
+                                 "echo $$ \"$SANDBOX_ROOT\"; exec sleep 100", NULL }
+        : (const char *const[]){ "run", "--", "sh", "-c",
+                                 "echo $$ \"$SANDBOX_ROOT\"; exec sleep 100", NULL };
     spec.env = env;
     spec.stop_marker = "\n";
     spec.stop_signal = SIGKILL;
@@ -4160,19 +4204,31 @@ static void run_sigkill_leaves_nothing(const char *mode)
     }
     cr_assert_str_empty(left, "%s: %.1f s after the SIGKILL of sbx run, its sandbox left %s",
                         mode, now_secs() - killed, left);
-    fprintf(stderr, "# %s: nothing of sbx run's sandbox left %.3f s after its SIGKILL\n", mode,
-            now_secs() - killed);
+    fprintf(stderr, "# %s%s: nothing of sbx run's sandbox left %.3f s after its SIGKILL\n",
+            mode, no_lifetime ? " (--no-lifetime)" : "", now_secs() - killed);
     free_run(&r);
 }
 
 Test(cli, run_sigkill_leaves_nothing_out_of_process)
 {
-    run_sigkill_leaves_nothing("outofprocess");
+    run_sigkill_leaves_nothing("outofprocess", 0);
 }
 
 Test(cli, run_sigkill_leaves_nothing_in_process)
 {
-    run_sigkill_leaves_nothing("inprocess");
+    run_sigkill_leaves_nothing("inprocess", 0);
+}
+
+/* Without a lifetime, sbx is what bounds the sandbox: its SIGKILL still
+ * ends it within 5 s, in both plugin modes. */
+Test(cli, run_no_lifetime_sigkill_leaves_nothing_out_of_process)
+{
+    run_sigkill_leaves_nothing("outofprocess", 1);
+}
+
+Test(cli, run_no_lifetime_sigkill_leaves_nothing_in_process)
+{
+    run_sigkill_leaves_nothing("inprocess", 1);
 }
 
 /*

@@ -12,7 +12,10 @@
  * key; a client without the worker's URL says where to set it; a sandbox
  * deleted elsewhere is gone although the bridge would start a fresh
  * container for its id; a snapshot is the workspace's tar kept on
- * the client's side. The fake's routes (/_fake/exec_error,
+ * the client's side; the lifetime, which the bridge cannot carry, is kept
+ * by a process in the container (a 2 s one ends the sandbox's commands and
+ * files by 4 s; calls after it are not_found naming the expiry, and a
+ * resume then deletes the sandbox). The fake's routes (/_fake/exec_error,
  * /_fake/faults, /_fake/log) script and count requests.
  */
 #include "testutil.h"
@@ -24,6 +27,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
+#include <time.h>
 #include <unistd.h>
 
 #include <json-c/json.h>
@@ -245,6 +249,107 @@ Test(cloudflare, a_sandbox_deleted_elsewhere_is_gone_and_its_fresh_container_del
     free(re);
     free(path);
     free(auth);
+}
+
+/* How many processes of this host mention @s (as tu_procs_mentioning). */
+static size_t procs(const char *s)
+{
+    pid_t pids[64];
+    return tu_procs_mentioning(s, pids, 64);
+}
+
+/* The fake container's root on this host (/_fake/sandbox/ID's "root"). */
+static char *container_root(const char *id)
+{
+    char *path = tu_strdup_printf("/_fake/sandbox/%s", id), *body = NULL;
+    cr_assert_eq(tu_fake_http("GET", path, NULL, NULL, &body), 200);
+    json_object *j = json_tokener_parse(body);
+    char *root = strdup(tu_json_str(j, "root"));
+    json_object_put(j);
+    free(body);
+    free(path);
+    return root;
+}
+
+/*
+ * A 2 s lifetime, which the bridge cannot carry: the keeper the first
+ * command starts in the container ends, by 4 s after create, every command
+ * of the sandbox (a background one here), its files in /workspace and the
+ * file that marks it live; a command then is not_found "sandbox ID expired
+ * at T (lifetime 2 s)" with T its expiry, and nothing is sent for it; a
+ * resume from its session state says the same and deletes the sandbox
+ * (DELETE: what sbx_gc() does with an expired row).
+ */
+Test(cloudflare, a_two_second_lifetime_ends_the_sandbox)
+{
+    sbx_options *o = sbx_options_new();
+    cr_assert_eq(sbx_options_set_timeout_secs(o, 2.0, NULL), 0);
+    double wall0 = (double)time(NULL);
+    g_sb = tu_create(g_client, o);
+    double t0 = tu_now();
+    sbx_options_free(o);
+    char *id = strdup(sbx_sandbox_get0_id(g_sb));
+    char *root = container_root(id);
+    char *file = tu_strdup_printf("%s/workspace/f.txt", root);
+    char *live = tu_strdup_printf("%s/var/lib/sbx/live", root);
+    char *state = sbx_sandbox_session_state(g_sb, NULL);
+    cr_assert_not_null(state);
+    cr_assert_eq(sbx_sandbox_write_file(g_sb, "/workspace/f.txt", "kept\n", 5, NULL), 0);
+    sbx_result *r = tu_sh(g_sb, "sleep 4321.5 >/dev/null 2>&1 & echo started", 30);
+    tu_assert_stdout(r, "started\n");
+    sbx_result_free(r);
+    cr_assert(tu_exists(file) && tu_exists(live), "%s, %s", file, live);
+    cr_assert_gt(procs("4321.5"), 0, "no background command");
+
+    double took;
+    for (;;) {
+        took = tu_now() - t0;
+        if (!tu_exists(file) && !tu_exists(live) && procs("4321.5") == 0)
+            break;
+        cr_assert_leq(took, 4.0, "%.2f s after create: file %d, live %d, command %zu", took,
+                      tu_exists(file), tu_exists(live), procs("4321.5"));
+        usleep(50 * 1000);
+    }
+    fprintf(stderr, "# cloudflare: the sandbox's commands and files gone %.3f s after create "
+            "(lifetime 2 s)\n", took);
+    cr_assert_geq(took, 2.0, "the sandbox ended %.3f s after create, before its lifetime", took);
+
+    tu_fake_reset();
+    sbx_exec_request req = SBX_EXEC_REQUEST_INIT;
+    req.shell = "true";
+    req.timeout_secs = 30;
+    sbx_error *err = tu_exec_fail(g_sb, &req, SBX_ERROR_NOT_FOUND);
+    const char *when = sbx_error_get0_context(err, "expires_at");
+    cr_assert_not_null(when, "%s", sbx_error_get0_message(err));
+    struct tm tm;
+    memset(&tm, 0, sizeof tm);
+    cr_assert_not_null(strptime(when, "%Y-%m-%dT%H:%M:%SZ", &tm), "%s", when);
+    double t_exp = (double)timegm(&tm);
+    cr_assert(t_exp >= wall0 + 2.0 - 1.0 && t_exp <= wall0 + took + 2.0,
+              "expiry %s is not 2 s after readiness", when);
+    char *want = tu_strdup_printf("sandbox %s expired at %s (lifetime 2 s)", id, when);
+    cr_assert_str_eq(sbx_error_get0_message(err), want);
+    sbx_error_free(err);
+    char *re = tu_strdup_printf("/v1/sandbox/%s", id);
+    cr_assert_eq(count("POST", "/v1/sandbox/.*/exec"), 0, "a command was sent after the expiry");
+    cr_assert_eq(count("DELETE", re), 0);
+    err = NULL;
+    cr_assert_null(sbx_sandbox_resume(g_client, state, &err));
+    cr_assert_eq(sbx_error_get_code(err), SBX_ERROR_NOT_FOUND, "%s", sbx_error_get0_message(err));
+    cr_assert_str_eq(sbx_error_get0_message(err), want);
+    sbx_error_free(err);
+    /* The resume deletes it (sbx_gc() reaps an expired row so), as does
+     * the handle's destroy. */
+    cr_assert_eq(count("DELETE", re), 1);
+    cr_assert_eq(sbx_sandbox_destroy(g_sb, NULL), 0);
+    cr_assert_eq(count("DELETE", re), 2);
+    free(re);
+    free(want);
+    free(state);
+    free(live);
+    free(file);
+    free(root);
+    free(id);
 }
 
 /* A snapshot is persist's tar of /workspace, kept as ID.tar (mode 0600) in

@@ -21,6 +21,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
+#include <sys/wait.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -256,6 +257,130 @@ static void detached_lifetime(void)
     sbx_client_free(c);
 }
 
+/* ------------------------------------------------- no lifetime at all */
+
+/* The session state of @sb (asserted). */
+static char *state_of(sbx_sandbox *sb)
+{
+    sbx_error *err = NULL;
+    char *state = sbx_sandbox_session_state(sb, &err);
+    cr_assert_not_null(state, "%s", err ? sbx_error_get0_message(err) : "");
+    return state;
+}
+
+/*
+ * An attached sandbox without a lifetime (SBX_TIMEOUT_NONE): its record
+ * row has no expiry, its session state says "timeout_secs":-1 and its
+ * plugin data no lifetime ("lifetime":0.0,"expires_at":0.0: the
+ * supervisor has no deadline); it is alive and answers 4.5 s after create (a 2 s lifetime
+ * is over by 4 s, above); sbx_gc() leaves it (its owner, this process,
+ * lives); it cannot be detached (configuration, naming the option and
+ * the reason; the row stays attached); another process resumes it, runs a
+ * command in it and exits, and it lives on for its creator; destroy then
+ * leaves nothing.
+ */
+static void no_lifetime(void)
+{
+    sbx_error *err = NULL;
+    sbx_client *c = sbx_client_new(tu_backend(), &err);
+    cr_assert_not_null(c, "%s", err ? sbx_error_get0_message(err) : "");
+    sbx_options *o = sbx_options_new();
+    cr_assert_eq(sbx_options_set_timeout_secs(o, SBX_TIMEOUT_NONE, NULL), 0);
+    double t0 = tu_now();
+    sbx_sandbox *sb = tu_create(c, o);
+    sbx_options_free(o);
+    char *id = tu_strdup_printf("%s", sbx_sandbox_get0_id(sb));
+
+    char *sql = sqlite3_mprintf("SELECT count(*) FROM sandboxes WHERE provider_id = %Q AND "
+                                "expires_at = 0 AND detached = 0", id);
+    cr_assert_eq(tu_record_int(g_dirs.state, sql), 1, "%s", tu_record_dump(g_dirs.state));
+    char *state = state_of(sb);
+    cr_assert_not_null(strstr(state, ",\"timeout_secs\":-1,"), "%s", state);
+    cr_assert_not_null(strstr(state, "\"lifetime\":0.0,\"expires_at\":0.0"), "%s", state);
+
+    sbx_result *r = tu_sh(sb, "echo kept > f.txt", 30);
+    sbx_result_free(r);
+    while (tu_now() - t0 < 4.5)
+        usleep(50 * 1000);
+    cr_assert_eq(sbx_sandbox_is_alive(sb, NULL), 1, "the sandbox ended without a lifetime");
+    r = tu_sh(sb, "cat f.txt", 30);
+    cr_assert_str_eq(sbx_result_get0_stdout(r, NULL), "kept\n");
+    sbx_result_free(r);
+    cr_assert_eq(sbx_gc(SBX_GC_DRY_RUN, NULL, NULL, &err), 0, "%s",
+                 err ? sbx_error_get0_message(err) : "");
+
+    cr_assert_eq(sbx_sandbox_detach(sb, &err), -1);
+    cr_assert_eq(sbx_error_get_code(err), SBX_ERROR_CONFIGURATION);
+    char *want = tu_strdup_printf("timeout_secs: sandbox %s has no lifetime, and a detached "
+                                  "sandbox needs one: nothing else would end it", id);
+    cr_assert_str_eq(sbx_error_get0_message(err), want);
+    cr_assert_str_eq(sbx_error_get0_context(err, "option"), "timeout_secs");
+    cr_assert_str_eq(sbx_error_get0_context(err, "reason"), "detached");
+    free(want);
+    sbx_error_free(err);
+    err = NULL;
+    cr_assert_eq(tu_record_int(g_dirs.state, sql), 1, "the detach changed the row");
+
+    /* Another process takes it up and lets go. */
+    pid_t child = fork();
+    cr_assert(child >= 0);
+    if (child == 0) {
+        sbx_client *c2 = sbx_client_new(tu_backend(), NULL);
+        sbx_sandbox *again = c2 ? sbx_sandbox_resume(c2, state, NULL) : NULL;
+        sbx_result *r2 = again ? sbx_sandbox_execute_shell(again, "cat f.txt", NULL) : NULL;
+        int ok = r2 && strcmp(sbx_result_get0_stdout(r2, NULL), "kept\n") == 0;
+        sbx_result_free(r2);
+        sbx_sandbox_free(again);
+        _exit(ok ? 0 : 3);
+    }
+    int status;
+    cr_assert_eq(waitpid(child, &status, 0), child);
+    cr_assert(WIFEXITED(status) && WEXITSTATUS(status) == 0, "the resuming process: %d", status);
+    usleep(1500 * 1000);
+    cr_assert_eq(sbx_sandbox_is_alive(sb, NULL), 1, "the sandbox ended with its resumer");
+    r = tu_sh(sb, "cat f.txt", 30);
+    cr_assert_str_eq(sbx_result_get0_stdout(r, NULL), "kept\n");
+    sbx_result_free(r);
+
+    cr_assert_eq(sbx_sandbox_destroy(sb, NULL), 0);
+    wait_nothing_left(id, 0, tu_now(), 2.0);
+    cr_assert_eq(rows_for(id), 0);
+    sqlite3_free(sql);
+    free(state);
+    free(id);
+    sbx_sandbox_free(sb);
+    sbx_client_free(c);
+}
+
+/* A detached sandbox without a lifetime is refused before anything is
+ * made: configuration, naming the option and the reason. */
+static void no_lifetime_detached_refused(void)
+{
+    sbx_error *err = NULL;
+    sbx_client *c = sbx_client_new(tu_backend(), &err);
+    cr_assert_not_null(c, "%s", err ? sbx_error_get0_message(err) : "");
+    sbx_options *o = sbx_options_new();
+    cr_assert_eq(sbx_options_set_timeout_secs(o, SBX_TIMEOUT_NONE, NULL), 0);
+    cr_assert_eq(sbx_options_set_detached(o, 1, NULL), 0);
+    cr_assert_null(sbx_sandbox_create(c, o, &err));
+    cr_assert_eq(sbx_error_get_code(err), SBX_ERROR_CONFIGURATION, "%s",
+                 sbx_error_get0_message(err));
+    cr_assert_str_eq(sbx_error_get0_message(err),
+                     "timeout_secs: a detached sandbox needs a lifetime: nothing else ends it "
+                     "(no lifetime, SBX_TIMEOUT_NONE, is for an attached sandbox, which ends "
+                     "with its owners)");
+    cr_assert_str_eq(sbx_error_get0_context(err, "option"), "timeout_secs");
+    cr_assert_str_eq(sbx_error_get0_context(err, "reason"), "detached");
+    sbx_error_free(err);
+    sbx_options_free(o);
+    cr_assert_eq(tu_count_entries(g_dirs.tmp), 0, "the refused create made something");
+    char *db = tu_strdup_printf("%s/lifecycle.db", g_dirs.state);
+    if (tu_exists(db))
+        cr_assert_eq(tu_record_int(g_dirs.state, "SELECT count(*) FROM sandboxes"), 0);
+    free(db);
+    sbx_client_free(c);
+}
+
 #define ON_BOTH(name, fn)                                                   \
     Test(expiry, local_##name)                                              \
     {                                                                       \
@@ -271,3 +396,31 @@ static void detached_lifetime(void)
 ON_BOTH(a_two_second_lifetime_ends_the_sandbox, two_second_lifetime)
 ON_BOTH(a_command_running_at_expiry_is_ended, command_at_expiry)
 ON_BOTH(a_detached_sandbox_ends_by_its_lifetime, detached_lifetime)
+ON_BOTH(no_lifetime_lives_with_its_owners_alone, no_lifetime)
+ON_BOTH(no_lifetime_is_refused_for_a_detached_sandbox, no_lifetime_detached_refused)
+
+/* Backends that cannot end an attached sandbox when its owners end refuse
+ * a sandbox without a lifetime by name, before the provider is asked
+ * (docker: nothing runs after the application's SIGKILL in process). */
+Test(expiry, no_lifetime_is_refused_where_nothing_else_bounds_the_sandbox)
+{
+    sbx_error *err = NULL;
+    sbx_client *c = sbx_client_new("docker", &err);
+    if (c == NULL && sbx_error_get_code(err) == SBX_ERROR_BACKEND_NOT_INSTALLED)
+        cr_skip_test("the docker plugin is not built");
+    cr_assert_not_null(c, "%s", err ? sbx_error_get0_message(err) : "");
+    sbx_options *o = sbx_options_new();
+    cr_assert_eq(sbx_options_set_timeout_secs(o, SBX_TIMEOUT_NONE, NULL), 0);
+    cr_assert_null(sbx_sandbox_create(c, o, &err));
+    cr_assert_eq(sbx_error_get_code(err), SBX_ERROR_CONFIGURATION, "%s",
+                 sbx_error_get0_message(err));
+    cr_assert_str_eq(sbx_error_get0_message(err),
+                     "timeout_secs: backend \"docker\" cannot end an attached sandbox when its "
+                     "owners end, so it needs a lifetime (no lifetime, SBX_TIMEOUT_NONE, is for "
+                     "local, bubblewrap and safehouse)");
+    cr_assert_str_eq(sbx_error_get0_context(err, "option"), "timeout_secs");
+    cr_assert_str_eq(sbx_error_get0_context(err, "reason"), "backend");
+    sbx_error_free(err);
+    sbx_options_free(o);
+    sbx_client_free(c);
+}

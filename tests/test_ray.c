@@ -20,7 +20,9 @@
  * was lost is sent again and the command runs once; the plugin's own jobs
  * take none of the sandbox's resources; a process freed while it runs leaves
  * no job; a command's output comes through the log's tail WebSocket while
- * it runs, the log never polled.
+ * it runs, the log never polled; the lifetime is a job of the plugin's own
+ * that ends the sandbox (a 2 s one leaves nothing by 4 s, calls after it
+ * are not_found naming the expiry) and that destroy stops.
  */
 #include "testutil.h"
 
@@ -35,6 +37,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 #include <unistd.h>
 
 #include <sbx/sbx.h>
@@ -341,6 +344,176 @@ Test(ray, destroy_removes_what_create_made)
     free(wd);
     free(dir);
     free(meta);
+}
+
+/* ------------------------------------------------------------- lifetime */
+
+/* The fake's record of job @sid (a new object), or NULL when it has none. */
+static json_object *fake_job(const char *sid)
+{
+    char *body = NULL;
+    cr_assert_eq(tu_fake_http("GET", "/_fake/jobs", NULL, NULL, &body), 200);
+    json_object *jobs = json_tokener_parse(body), *j = NULL;
+    free(body);
+    if (json_object_object_get_ex(jobs, sid, &j))
+        json_object_get(j);
+    json_object_put(jobs);
+    return j;
+}
+
+/*
+ * A 2 s lifetime: create submits the lifetime job (ID-lifetime, a shell
+ * without the driver, metadata sbx_kind=lifetime, none of the sandbox's
+ * resources), which runs; by 4 s after create the sandbox's directory, its
+ * files and a background command of it are gone; a command then is
+ * not_found "sandbox ID expired at T (lifetime 2 s)" with T its expiry, as
+ * is a resume from its session state, which also deletes what is left on
+ * the cluster: the label and the lifetime job's record.
+ */
+/* How many processes of this host mention @s (as tu_procs_mentioning). */
+static size_t procs(const char *s)
+{
+    pid_t pids[64];
+    return tu_procs_mentioning(s, pids, 64);
+}
+
+Test(ray, a_two_second_lifetime_ends_the_sandbox)
+{
+    sbx_options *o = sbx_options_new();
+    cr_assert_eq(sbx_options_set_cpu(o, 2.0, NULL), 0);
+    cr_assert_eq(sbx_options_set_timeout_secs(o, 2.0, NULL), 0);
+    double wall0 = (double)time(NULL);
+    g_sb = tu_create(g_client, o);
+    double t0 = tu_now();
+    sbx_options_free(o);
+    char *id_copy = strdup(sbx_sandbox_get0_id(g_sb));
+    const char *id = id_copy;
+    char *dir = strdup(sbx_sandbox_get0_root(g_sb));
+    char *meta = tu_strdup_printf("%s.sbx", dir);
+    char *life = tu_strdup_printf("%s-lifetime", id);
+    char *state = sbx_sandbox_session_state(g_sb, NULL);
+    cr_assert_not_null(state);
+
+    json_object *subs = submissions(), *b = NULL;
+    for (size_t i = 0; i < json_object_array_length(subs); i++) {
+        json_object *x = json_object_array_get_idx(subs, i);
+        if (strcmp(tu_json_str(x, "submission_id"), life) == 0)
+            b = x;
+    }
+    cr_assert_not_null(b, "no lifetime job %s among the submissions", life);
+    const char *entry = tu_json_str(b, "entrypoint");
+    cr_assert_eq(strncmp(entry, "sh -c 'sleep 3.000 || exit 0", 28), 0, "entrypoint %s", entry);
+    json_object *m = NULL, *v = NULL;
+    cr_assert(json_object_object_get_ex(b, "metadata", &m));
+    cr_assert_str_eq(tu_json_str(m, "sbx_backend"), "ray");
+    cr_assert_str_eq(tu_json_str(m, "sbx_kind"), "lifetime");
+    cr_assert_str_eq(tu_json_str(m, "sbx_sandbox"), id);
+    cr_assert_eq(json_object_object_get_ex(b, "entrypoint_num_cpus", &v), 0);
+    json_object_put(subs);
+
+    sbx_result *r = tu_sh(g_sb, "sleep 4321.5 >/dev/null 2>&1 & echo started", 30);
+    tu_assert_stdout(r, "started\n");
+    sbx_result_free(r);
+    cr_assert(on_node(dir) && on_node(meta));
+    cr_assert_gt(procs("4321.5"), 0, "no background command");
+    json_object *job = fake_job(life);
+    cr_assert_not_null(job);
+    cr_assert(strcmp(tu_json_str(job, "status"), "RUNNING") == 0
+              || strcmp(tu_json_str(job, "status"), "PENDING") == 0, "lifetime job %s",
+              tu_json_str(job, "status"));
+    json_object_put(job);
+
+    double took;
+    for (;;) {
+        took = tu_now() - t0;
+        if (!on_node(dir) && !on_node(meta) && procs("4321.5") == 0)
+            break;
+        cr_assert_leq(took, 4.0, "%.2f s after create: dir %d, files %d, command %zu", took,
+                      on_node(dir), on_node(meta), procs("4321.5"));
+        usleep(50 * 1000);
+    }
+    fprintf(stderr, "# ray: nothing of the sandbox left %.3f s after create (lifetime 2 s)\n",
+            took);
+    cr_assert_geq(took, 2.0, "the sandbox ended %.3f s after create, before its lifetime", took);
+
+    sbx_exec_request req = SBX_EXEC_REQUEST_INIT;
+    req.shell = "true";
+    req.timeout_secs = 30;
+    sbx_error *err = tu_exec_fail(g_sb, &req, SBX_ERROR_NOT_FOUND);
+    const char *when = sbx_error_get0_context(err, "expires_at");
+    cr_assert_not_null(when, "%s", sbx_error_get0_message(err));
+    struct tm tm;
+    memset(&tm, 0, sizeof tm);
+    cr_assert_not_null(strptime(when, "%Y-%m-%dT%H:%M:%SZ", &tm), "%s", when);
+    double t_exp = (double)timegm(&tm);
+    cr_assert(t_exp >= wall0 + 2.0 - 1.0 && t_exp <= wall0 + took + 2.0,
+              "expiry %s is not 2 s after readiness", when);
+    char *want = tu_strdup_printf("sandbox %s expired at %s (lifetime 2 s)", id, when);
+    cr_assert_str_eq(sbx_error_get0_message(err), want);
+    sbx_error_free(err);
+    err = NULL;
+    /* What is left: the label (the create job's record, with the expiry
+     * sbx_gc() reads) and the lifetime job's record. */
+    char *path = tu_strdup_printf("/api/jobs/%s", id), *body = NULL;
+    const char *auth = "Authorization: Bearer sbx-test-dummy-key";
+    cr_assert_eq(tu_fake_http("GET", path, auth, NULL, &body), 200);
+    free(body);
+    body = NULL;
+    job = fake_job(life);
+    cr_assert_not_null(job, "no record of the lifetime job %s", life);
+    cr_assert_str_eq(tu_json_str(job, "status"), "SUCCEEDED");
+    json_object_put(job);
+    /* A resume (as sbx_gc() reaps an expired row) says the same and
+     * removes both. */
+    cr_assert_null(sbx_sandbox_resume(g_client, state, &err));
+    cr_assert_eq(sbx_error_get_code(err), SBX_ERROR_NOT_FOUND, "%s", sbx_error_get0_message(err));
+    cr_assert_str_eq(sbx_error_get0_message(err), want);
+    sbx_error_free(err);
+    cr_assert_eq(tu_fake_http("GET", path, auth, NULL, &body), 404, "the label stays: %s", body);
+    free(body);
+    job = fake_job(life);
+    cr_assert_null(job, "the lifetime job's record stays: %s", json_object_to_json_string(job));
+    cr_assert_eq(sbx_sandbox_destroy(g_sb, NULL), 0);
+    sbx_sandbox_free(g_sb);
+    g_sb = NULL;
+    free(id_copy);
+    free(path);
+    free(want);
+    free(state);
+    free(life);
+    free(meta);
+    free(dir);
+}
+
+/* Destroy before the expiry stops the lifetime job (its sleep ends) and
+ * deletes its record. */
+Test(ray, destroy_stops_the_lifetime_job)
+{
+    g_sb = tu_create(g_client, NULL);
+    char *life = tu_strdup_printf("%s-lifetime", sbx_sandbox_get0_id(g_sb));
+    json_object *job = NULL;
+    /* Submitted, not followed: it starts a moment after create returned. */
+    for (double t0 = tu_now(); tu_now() - t0 < 5.0; usleep(20 * 1000)) {
+        json_object_put(job);
+        job = fake_job(life);
+        cr_assert_not_null(job, "no lifetime job %s", life);
+        if (strcmp(tu_json_str(job, "status"), "RUNNING") == 0 && procs("601.000") > 0)
+            break;
+    }
+    cr_assert_str_eq(tu_json_str(job, "status"), "RUNNING");
+    json_object_put(job);
+    cr_assert_gt(procs("601.000"), 0, "the lifetime job's sleep does not run");
+    cr_assert_eq(sbx_sandbox_destroy(g_sb, NULL), 0);
+    job = fake_job(life);
+    cr_assert_null(job, "the lifetime job's record stays: %s", json_object_to_json_string(job));
+    double t0 = tu_now();
+    while (procs("601.000") > 0 && tu_now() - t0 < 5.0)
+        usleep(20 * 1000);
+    cr_assert_eq(procs("601.000"), 0,
+                 "the lifetime job's sleep outlived the destroy");
+    sbx_sandbox_free(g_sb);
+    g_sb = NULL;
+    free(life);
 }
 
 /* ------------------------------------------------------------- auth, errors */

@@ -554,9 +554,24 @@ Test(state, malformed_unknown_version_and_wrong_backend_are_invalid_argument)
     expect_invalid(s, "\"id\" must be a non-empty string");
     free(s);
     s = tu_strdup_printf("{\"version\":1,\"backend\":\"%s\",\"id\":\"%s\","
-                         "\"timeout_secs\":-1,\"data\":%s}", be, id, d);
-    expect_invalid(s, "\"timeout_secs\" must be positive");
+                         "\"timeout_secs\":-2,\"data\":%s}", be, id, d);
+    /* -1 is no lifetime (SBX_TIMEOUT_NONE); any other negative is malformed. */
+    expect_invalid(s, "\"timeout_secs\" must be positive and finite, or -1 for no lifetime "
+                   "(got -2)");
     free(s);
+    /* -1 (no lifetime) only where the backend ends a sandbox with its
+     * owners (local, bubblewrap, safehouse: resumed elsewhere). */
+    uint64_t caps = 0;
+    cr_assert_eq(sbx_client_probe(g_client, &caps, NULL), 0);
+    if (!(caps & SBX_CAP_OWNER_WATCH)) {
+        s = tu_strdup_printf("{\"version\":1,\"backend\":\"%s\",\"id\":\"%s\","
+                             "\"timeout_secs\":-1,\"data\":%s}", be, id, d);
+        want = tu_strdup_printf("\"timeout_secs\" -1 (no lifetime) is not for backend \"%s\": "
+                                "it cannot end an attached sandbox when its owners end", be);
+        expect_invalid(s, want);
+        free(want);
+        free(s);
+    }
     s = tu_strdup_printf("{\"version\":1,\"backend\":\"%s\",\"id\":\"%s\","
                          "\"timeout_secs\":600,\"data\":[]}", be, id);
     expect_invalid(s, "\"data\" must be an object");

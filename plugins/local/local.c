@@ -130,6 +130,11 @@ void sbx_fault_destroy(const char *id);
 #define ISOLATION_CAPS 0
 #endif
 /* SBX_CAP_LIFETIME: the supervisor ends the sandbox at its lifetime's end. */
+/* SBX_CAP_OWNER_WATCH: the supervisor holds a pidfd of each owner of an
+ * attached sandbox (the application in both plugin modes: the host's
+ * owner_pidfd) and ends the sandbox when the last has ended, SIGKILL
+ * included; create fails without one. So an attached sandbox may have no
+ * lifetime (timeout_secs <= 0: CONFIG's lifetime 0). */
 /* SBX_CAP_PTY: the supervisor makes a pseudo-terminal for an exec that
  * asks for one (proto.h, EXEC). */
 /* SBX_CAP_EXPOSED_PORTS: the sandbox shares the host's network (bubblewrap
@@ -143,7 +148,7 @@ void sbx_fault_destroy(const char *id);
 #endif
 #define LOCAL_CAPS (SBX_CAP_EXEC | SBX_CAP_EXEC_STDIN | SBX_CAP_BACKGROUND | SBX_CAP_RESUME \
                     | SBX_CAP_LIFETIME | SBX_CAP_PTY | SBX_CAP_EXPOSED_PORTS | ISOLATION_CAPS \
-                    | SBX_CAP_EXEC_STDIN_STREAM | USER_CAPS)
+                    | SBX_CAP_EXEC_STDIN_STREAM | USER_CAPS | SBX_CAP_OWNER_WATCH)
 
 #define DEFAULT_PATH "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
 #define DEFAULT_LANG "C.UTF-8"
@@ -2839,6 +2844,14 @@ static int local_create(sbx_plugin_client *client, const sbx_call_ctx *ctx,
     int detached = request->struct_size >= offsetof(sbx_plugin_create_request, detached)
                                             + sizeof(request->detached)
                    && request->detached;
+    if (lifetime == 0 && detached) {
+        sbx_error *err = fail(error, SBX_ERROR_CONFIGURATION, op,
+                              "timeout_secs: a detached sandbox needs a lifetime: nothing "
+                              "else ends it");
+        add_context(err, "option", "timeout_secs");
+        add_context(err, "reason", "detached");
+        return -1;
+    }
 
     exe = supervisor_path();
     if (!exe)

@@ -76,6 +76,18 @@
  *    record deleted. Destroy runs a job that kills every process of the
  *    sandbox (SBX_RAY_SANDBOX=ID in its environment), removes what create
  *    made and deletes the sandbox's label.
+ *  - Lifetime (timeout_secs, from readiness): Ray has none for a job's
+ *    directory, so a job of the plugin's own is it: ID-lifetime (metadata
+ *    sbx_kind=lifetime), submitted once the sandbox is made and never
+ *    followed, a shell that sleeps the lifetime plus RAY_LIFETIME_GRACE_S
+ *    and then does what destroy's job does (kills the sandbox's processes,
+ *    removes what create made; the label stays for sbx_gc()). From the
+ *    expiry on, commands (and so the file calls) are not_found "sandbox ID
+ *    expired at T (lifetime N s)"; a resume that finds the sandbox gone
+ *    after it says the same (the expiry is in the session state) and
+ *    deletes the label and the lifetime job's record (so sbx_gc(), which
+ *    reaps an expired row through a resume, leaves nothing). Destroy stops
+ *    the lifetime job and deletes its record first.
  *  - Files go through the host's generic fallbacks over exec (cat, tar),
  *    that is through jobs: writes carry the bytes as the job's stdin
  *    package, reads come back through the log.
@@ -86,7 +98,7 @@
  *    create's env goes by a second job whose record is deleted at once (a
  *    record holds its runtime environment).
  *  - session_state {"version":1,"sandbox_id","dir","meta","made"
- *    [,"resources"][,"memory_limit" (bytes)]} (no
+ *    [,"resources"][,"memory_limit" (bytes)][,"lifetime","expires_at"]} (no
  *    credential, no env value: the create's env stays in the sandbox's
  *    files on the cluster); resume checks that the sandbox's files are
  *    still there (a job), else not_found with reason "gone".
@@ -129,6 +141,10 @@
 #define RAY_SHORT_S 60.0            /* bound on the plugin's own jobs */
 #define RAY_REAP_S 30.0             /* bound on stopping and deleting a freed job */
 #define RAY_SANDBOX_MARK "SBX_RAY_SANDBOX"
+#define RAY_LIFETIME_SUFFIX "-lifetime" /* the lifetime job: the sandbox's id and this */
+#define RAY_LIFETIME_GRACE_S 1.0    /* how long after its expiry the lifetime job
+                                     * ends the sandbox (calls are refused from the
+                                     * expiry on) */
 #define RAY_CALL_ENV "SBX_RAY_CALL_ENV" /* the call's env, for the command only */
 #define RAY_MEM_SAMPLE_MS 50        /* the driver's memory samples (memory_mb) */
 #define RAY_CHUNK 3072              /* output bytes per log line (4096 in base64) */
@@ -143,7 +159,8 @@
 
 #define RAY_CAPS (SBX_CAP_EXEC | SBX_CAP_EXEC_STDIN | SBX_CAP_FILES | SBX_CAP_RESUME       \
                   | SBX_CAP_ISOLATION | SBX_CAP_CPU_LIMIT | SBX_CAP_GPU                      \
-                  | SBX_CAP_BACKGROUND | SBX_CAP_LIST_OWNED | SBX_CAP_MEMORY_LIMIT)
+                  | SBX_CAP_BACKGROUND | SBX_CAP_LIST_OWNED | SBX_CAP_MEMORY_LIMIT           \
+                  | SBX_CAP_LIFETIME)
 
 struct sbx_plugin_client {
     cl_client cl;       /* first member: http, the dashboard's URL
@@ -161,6 +178,8 @@ struct sbx_plugin_sandbox {
     json_object *res;   /* entrypoint_* members every job carries (an object) */
     int64_t mem_limit;  /* memory_mb in bytes, the driver's limit on a
                          * command's processes (0: none) */
+    double lifetime;    /* timeout_secs, from readiness (0: none) */
+    double expires_at;  /* UNIX seconds the lifetime ends (0: none) */
 };
 
 /* One job's run: its submission id and what its log gave so far. */
@@ -1299,16 +1318,27 @@ static char *ray_destroy_script(const char *id, const char *dir, const char *met
     return s;
 }
 
+/* The lifetime job of sandbox @id: its id and RAY_LIFETIME_SUFFIX. */
+static void ray_lifetime_sid(const char *id, char *sid, size_t size)
+{
+    snprintf(sid, size, "%s%s", id, RAY_LIFETIME_SUFFIX);
+}
+
 static int ray_remove(struct sbx_plugin_client *c, const sbx_call_ctx *ctx, const char *id,
                       const char *dir, const char *meta, int made, const char *op,
                       sbx_error **error)
 {
     char *s = ray_destroy_script(id, dir, meta, made);
+    char life[64];
     int code = 0;
     if (!s) {
         cl_fail(error, SBX_ERROR_RESOURCE_EXHAUSTED, op, "out of memory");
         return -1;
     }
+    /* The lifetime job first (stopped, its record deleted; none, or one
+     * that ended at the expiry, is fine): it must not outlive the sandbox. */
+    ray_lifetime_sid(id, life, sizeof life);
+    ray_job_reap(c, life);
     int rc = ray_run_script(NULL, c, ctx, "/", s, NULL, NULL, NULL, &code, op, error);
     free(s);
     if (rc == 0 && code != 0) {
@@ -1321,6 +1351,65 @@ static int ray_remove(struct sbx_plugin_client *c, const sbx_call_ctx *ctx, cons
     /* Then its label: the record of the job that made it (id). */
     char *url = cl_item_url(c->cl.api, "api/jobs", id, "");
     rc = cl_delete_url(c->cl.http, ctx, url, op, "delete the sandbox's job record", error);
+    free(url);
+    return rc;
+}
+
+/*
+ * The sandbox's lifetime, from readiness: a job of its own (submission_id
+ * ID-lifetime, metadata sbx_kind=lifetime), submitted once the sandbox is
+ * made and not followed, whose entrypoint, a shell without the driver (a
+ * stop's SIGTERM to its process group ends it), sleeps the lifetime and
+ * RAY_LIFETIME_GRACE_S and then does what destroy's job does: kills every
+ * process of the sandbox and removes what create made (the label stays
+ * for sbx_gc()). Destroy stops it and deletes its record. Sets
+ * @sb->expires_at. 0, or -1 with *@error.
+ */
+static int ray_lifetime_start(struct sbx_plugin_sandbox *sb, const sbx_call_ctx *ctx,
+                              const char *op, sbx_error **error)
+{
+    struct sbx_plugin_client *c = sb->c;
+    char sid[64], secs[32];
+    ray_lifetime_sid(sb->s.id, sid, sizeof sid);
+    snprintf(secs, sizeof secs, "%.3f", sb->lifetime + RAY_LIFETIME_GRACE_S);
+    char *end = ray_destroy_script(sb->s.id, sb->dir, sb->meta, sb->made);
+    char *script = end ? cl_printf("sleep %s || exit 0\n%s", secs, end) : NULL;
+    char *q = script ? cl_shell_quote(script) : NULL;
+    char *entry = q ? cl_printf("sh -c %s", q) : NULL;
+    char *url = cl_printf("%s/api/jobs/", c->cl.api);
+    json_object *b = json_object_new_object(), *meta = json_object_new_object();
+    cl_resp r = { 0 };
+    int rc = -1;
+    free(end);
+    free(script);
+    free(q);
+    if (!entry || !url || !b || !meta) {
+        json_object_put(meta);
+        cl_fail(error, SBX_ERROR_RESOURCE_EXHAUSTED, op, "out of memory");
+        goto out;
+    }
+    json_object_object_add(b, "entrypoint", json_object_new_string(entry));
+    json_object_object_add(b, "submission_id", json_object_new_string(sid));
+    json_object_object_add(meta, CL_META_BACKEND, json_object_new_string(RAY_BACKEND));
+    json_object_object_add(meta, "sbx_kind", json_object_new_string("lifetime"));
+    json_object_object_add(meta, "sbx_sandbox", json_object_new_string(sb->s.id));
+    json_object_object_add(b, "metadata", meta);
+    /* Counted from here: the job sleeps from its start, a moment later, so
+     * the expiry told to callers is never later than the real end. */
+    sb->expires_at = cl_wallclock() + sb->lifetime;
+    if (cl_request_json(c->cl.http, ctx, "POST", url, b, CL_SAFE, &r, op,
+                        "submit the lifetime job", error) < 0)
+        goto out;
+    if (r.status / 100 == 2 || (r.status == 400 && ray_is_ours(c, ctx, sid, op)))
+        rc = 0;
+    else
+        cl_fail_status(c->cl.http, error, r.status == 400 ? SBX_ERROR_CONFIGURATION
+                                                        : CL_CODE_BY_STATUS,
+                       &r, op, "submit the lifetime job");
+out:
+    cl_resp_clear(&r);
+    json_object_put(b);
+    free(entry);
     free(url);
     return rc;
 }
@@ -1402,6 +1491,13 @@ static int ray_create(sbx_plugin_client *client, const sbx_call_ctx *ctx,
         ray_remove(c, NULL, id, dir, meta, made, op, NULL);
         goto out;
     }
+    sb->lifetime = rq->timeout_secs > 0 ? rq->timeout_secs : 0;
+    if (sb->lifetime > 0 && ray_lifetime_start(sb, ctx, op, error) < 0) {
+        if (error && *error)
+            cl_context(*error, "sandbox_id", id);
+        ray_remove(c, NULL, id, dir, meta, made, op, NULL);
+        goto out;
+    }
     CL_LOG(SBX_LOG_INFO, "create: sandbox %s in %s on %s", id, dir, c->cl.api);
     *sandbox = sb;
     sb = NULL;
@@ -1479,6 +1575,10 @@ static char *ray_session_state(sbx_plugin_sandbox *sb, const sbx_call_ctx *ctx, 
         json_object_object_add(j, "resources", json_object_get(sb->res));
     if (sb->mem_limit > 0)
         json_object_object_add(j, "memory_limit", json_object_new_int64(sb->mem_limit));
+    if (sb->expires_at > 0) {
+        json_object_object_add(j, "lifetime", json_object_new_double(sb->lifetime));
+        json_object_object_add(j, "expires_at", json_object_new_double(sb->expires_at));
+    }
     return cl_state_end(j, error);
 }
 
@@ -1502,11 +1602,23 @@ static int ray_resume(sbx_plugin_client *client, const sbx_call_ctx *ctx, const 
                 "\"dir\" and \"meta\", a boolean \"made\" and a plain \"sandbox_id\"");
         goto out;
     }
+    json_object *lv = NULL;
+    double lifetime = 0, expires_at = 0;
+    if (json_object_object_get_ex(data, "lifetime", &lv))
+        lifetime = json_object_get_double(lv);
+    if (json_object_object_get_ex(data, "expires_at", &lv))
+        expires_at = json_object_get_double(lv);
     int there = ray_exists(client, ctx, meta, op, error);
     if (there < 0)
         goto out;
     if (!there) {
-        cl_gone_error(error, op, RAY_BACKEND, id);
+        /* Ended by its lifetime job: say so, and remove what is left of it
+         * on the cluster (its label and the lifetime job's record; best
+         * effort), as sbx_gc() reaps it through a resume. */
+        if (cl_lifetime_check(expires_at, lifetime, id, op, error) == 0)
+            cl_gone_error(error, op, RAY_BACKEND, id);
+        else
+            ray_remove(client, ctx, id, dir, meta, json_object_get_boolean(mv), op, NULL);
         goto out;
     }
     struct sbx_plugin_sandbox *sb = ray_sandbox_new(client, id, dir, meta,
@@ -1521,6 +1633,8 @@ static int ray_resume(sbx_plugin_client *client, const sbx_call_ctx *ctx, const 
     int64_t lim = 0;
     if (cl_json_int(data, "memory_limit", &lim) == 1 && lim > 0)
         sb->mem_limit = lim;
+    sb->lifetime = lifetime > 0 ? lifetime : 0;
+    sb->expires_at = expires_at > 0 ? expires_at : 0;
     *sandbox = sb;
     rc = 0;
 out:
@@ -1679,7 +1793,8 @@ static int ray_exec_start(sbx_plugin_sandbox *sb, const sbx_call_ctx *ctx,
 {
     const char *op = "exec";
     (void)ctx;
-    if (cl_exec_check(&sb->s, RAY_BACKEND, rq, 0, error) < 0)
+    if (cl_exec_check(&sb->s, RAY_BACKEND, rq, 0, error) < 0
+        || cl_lifetime_check(sb->expires_at, sb->lifetime, sb->s.id, op, error) < 0)
         return -1;
     ray_proc *p = calloc(1, sizeof(*p));
     if (!p) {

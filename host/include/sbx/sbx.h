@@ -249,6 +249,14 @@ SBX_EXPORT const char *sbx_strerror(sbx_error_code code);
  */
 #define SBX_CAP_EXEC_STDIN_STREAM (UINT64_C(1) << 18)
 #define SBX_CAP_USER            (UINT64_C(1) << 19) /* a create-time user (sbx_options_set_user) */
+/*
+ * SBX_CAP_OWNER_WATCH: the backend itself ends an attached sandbox once
+ * every process that owns it has ended, SIGKILL included, in both plugin
+ * modes (local, bubblewrap, safehouse: the sandbox's supervisor holds a
+ * pidfd of each owner). Only such a backend takes an attached sandbox
+ * without a lifetime (SBX_TIMEOUT_NONE). Since 0.1.
+ */
+#define SBX_CAP_OWNER_WATCH     (UINT64_C(1) << 20)
 
 /**
  * sbx_capability_name:
@@ -355,6 +363,13 @@ typedef enum sbx_option_field {
 #define SBX_DEFAULT_CPU 1.0
 #define SBX_DEFAULT_MEMORY_MB 1024
 #define SBX_DEFAULT_TIMEOUT_SECS 600.0
+/**
+ * SBX_TIMEOUT_NONE: the timeout_secs of a sandbox without a lifetime
+ * (sbx_options_set_timeout_secs()): it lives until destroy or the end of
+ * its last owner, and its commands have no default timeout. JSON carries
+ * it as -1 (session state "timeout_secs": -1).
+ */
+#define SBX_TIMEOUT_NONE (-1.0)
 
 /**
  * sbx_options_new: new options, every field unset (defaults above apply).
@@ -398,12 +413,33 @@ SBX_EXPORT int sbx_options_set_workdir(sbx_options *options, const char *path,
 /**
  * sbx_options_set_timeout_secs:
  * The sandbox's lifetime (ended by the backend where it has
- * SBX_CAP_LIFETIME: docker, local, bubblewrap; on local and bubblewrap
- * counted from readiness, calls after it fail with not_found naming the
- * expiry), and the default exec timeout: what is left of the lifetime, as
+ * SBX_CAP_LIFETIME: docker, local, bubblewrap, ray and cloudflare among
+ * others; on local, bubblewrap, ray and cloudflare counted from
+ * readiness, calls after it fail with not_found naming the expiry; the
+ * README's lifetime table says who ends what on each backend), and the
+ * default exec timeout: what is left of the lifetime, as
  * the creating process counts it from the create call (at least 1 s; an
  * exec's own timeout overrides it). Seconds, > 0 and finite; default
- * SBX_DEFAULT_TIMEOUT_SECS. Errors: invalid_argument. Since 0.1.
+ * SBX_DEFAULT_TIMEOUT_SECS.
+ *
+ * SBX_TIMEOUT_NONE asks for no lifetime: the sandbox lives until
+ * sbx_sandbox_destroy() or until every process that owns it has ended
+ * (see sbx_options_set_detached()), and a command without a timeout of its
+ * own has none. It is only for an attached sandbox on a backend with
+ * SBX_CAP_OWNER_WATCH (local, bubblewrap, safehouse), where something
+ * other than the lifetime bounds the sandbox in both plugin modes: create
+ * refuses it with a configuration error (contexts "option":
+ * "timeout_secs", "reason") for a detached sandbox ("a detached sandbox
+ * needs a lifetime: nothing else ends it") and on any other backend
+ * ("backend B cannot end an attached sandbox when its owners end, so it
+ * needs a lifetime"), and sbx_sandbox_detach() refuses to detach such a
+ * sandbox. Its lifecycle record has no expiry (sbx_gc() reaps it only
+ * once its owners are gone), and its session state says "timeout_secs":
+ * -1.
+ *
+ * Errors: invalid_argument for 0, NaN, an infinity or a negative other
+ * than SBX_TIMEOUT_NONE ("timeout_secs must be seconds > 0 and finite, or
+ * SBX_TIMEOUT_NONE for no lifetime (got 0)"). Since 0.1.
  */
 SBX_EXPORT int sbx_options_set_timeout_secs(sbx_options *options, double secs,
                                             sbx_error **error);
@@ -1070,7 +1106,10 @@ SBX_EXPORT int sbx_sandbox_destroy(sbx_sandbox *sandbox, sbx_error **error);
  * change is written to the lifecycle record at once. Errors:
  * invalid_argument (NULL), not_found (destroyed, or a sandbox the record
  * does not know: made by another user), configuration (the record cannot
- * be written, naming its path). Thread-safe. Since 0.1.
+ * be written, naming its path; or a sandbox without a lifetime,
+ * SBX_TIMEOUT_NONE, which only its owners bound: contexts "option":
+ * "timeout_secs" and "reason", and nothing changes). Thread-safe. Since
+ * 0.1.
  */
 SBX_EXPORT int sbx_sandbox_detach(sbx_sandbox *sandbox, sbx_error **error);
 
@@ -1390,7 +1429,8 @@ typedef void (*sbx_output_fn)(sbx_stream stream, const void *data, size_t len,
  *    = the command's stdin is at EOF at once (never the caller's stdin).
  *  - timeout_secs: > 0 a limit; 0 = what is left of the sandbox's
  *    lifetime (timeout_secs, counted from the create call; a resumed
- *    sandbox's timeout_secs from the exec's start), at least 1 s; < 0 none.
+ *    sandbox's timeout_secs from the exec's start), at least 1 s, and none
+ *    for a sandbox without a lifetime (SBX_TIMEOUT_NONE); < 0 none.
  *    On expiry the command's whole process tree gets SIGTERM, then SIGKILL
  *    after SBX_KILL_GRACE_SECS; the result has timed_out = 1 and exit code
  *    124.
@@ -2019,7 +2059,9 @@ SBX_EXPORT int64_t sbx_extract_tar_fd_with_options(int fd, const char *dest_dir,
  * mode and backend: sbx_options_set_detached()), so the other process
  * finds it gone (not_found) or reaped by sbx_gc() in between. A detached
  * sandbox lives until sbx_sandbox_destroy() or the end of its lifetime
- * (timeout_secs).
+ * (timeout_secs). "timeout_secs" is -1 for a sandbox without a lifetime
+ * (SBX_TIMEOUT_NONE; always attached): only a process that resumes it
+ * while one of its owners lives can take it over.
  * Errors: not_found after destroy, feature_not_supported. Thread-safe.
  * Since 0.1.
  */
@@ -2030,8 +2072,11 @@ SBX_EXPORT char *sbx_sandbox_session_state(sbx_sandbox *sandbox, sbx_error **err
  * Reattaches to the sandbox described by @state_json (borrowed). The
  * resumed sandbox sees the same files and the same running background
  * processes. Errors: invalid_argument for a malformed document, a version
- * this library does not know or a backend other than @client's; not_found
- * when the sandbox no longer exists; feature_not_supported. Since 0.1.
+ * this library does not know, a backend other than @client's, or
+ * "timeout_secs": -1 (no lifetime) for a backend without
+ * SBX_CAP_OWNER_WATCH; not_found when the sandbox no longer exists (after
+ * its lifetime: naming the expiry, on the backends that end it);
+ * feature_not_supported. Since 0.1.
  */
 SBX_EXPORT sbx_sandbox *sbx_sandbox_resume(sbx_client *client, const char *state_json,
                                            sbx_error **error);

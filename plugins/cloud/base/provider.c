@@ -61,6 +61,23 @@ sbx_error *cl_gone_error(sbx_error **error, const char *op, const char *provider
     return err;
 }
 
+int cl_lifetime_check(double expires_at, double lifetime, const char *id, const char *op,
+                      sbx_error **error)
+{
+    if (!(expires_at > 0) || cl_wallclock() < expires_at)
+        return 0;
+    char when[32];
+    time_t t = (time_t)expires_at;
+    struct tm tm;
+    gmtime_r(&t, &tm);
+    strftime(when, sizeof when, "%Y-%m-%dT%H:%M:%SZ", &tm);
+    sbx_error *err = cl_fail(error, SBX_ERROR_NOT_FOUND, op, "sandbox %s expired at %s "
+                             "(lifetime %g s)", id, when, lifetime);
+    cl_context(err, "sandbox_id", id);
+    cl_context(err, "expires_at", when);
+    return -1;
+}
+
 sbx_error *cl_gone_error_view(sbx_error **error, const char *op, const char *provider,
                               const char *id, json_object *view, const char *const *keys)
 {

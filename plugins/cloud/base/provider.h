@@ -97,6 +97,16 @@ sbx_error *cl_gone_error(sbx_error **error, const char *op, const char *provider
                          const char *id);
 
 /**
+ * 0 while a sandbox whose lifetime (@lifetime seconds) ends at UNIX time
+ * @expires_at (0: none) lasts; else -1 with not_found "sandbox @id expired
+ * at T (lifetime N s)", contexts sandbox_id and expires_at (T, RFC 3339
+ * UTC), as the local backend words it. For plugins that end a sandbox at
+ * its lifetime themselves (ray, cloudflare): calls from the expiry on.
+ */
+int cl_lifetime_check(double expires_at, double lifetime, const char *id, const char *op,
+                      sbx_error **error);
+
+/**
  * cl_gone_error() with what the provider's view @view (NULL: none) says of
  * the sandbox: for each member named in @keys (NULL-ended) that @view
  * holds as a string, context KEY=VALUE, the member "status" given as

@@ -19,10 +19,15 @@
  *    memory_mb, disk_mb, gpu, image, template, app_name,
  *    allow_internet=0 and backend_options are configuration errors naming
  *    the option: the instance type, image and network are the worker's
- *    settings (wrangler.jsonc), not per sandbox. timeout_secs is taken (the
- *    library's default exec timeout) but the bridge ends no sandbox at a
- *    lifetime: the container sleeps after the worker's sleepAfter of
- *    idleness, and the sandbox lasts until destroy (DELETE).
+ *    settings (wrangler.jsonc), not per sandbox. The bridge has no
+ *    lifetime per sandbox: timeout_secs is kept by a keeper process the
+ *    first command starts in the container (cf_keeper), which at the
+ *    expiry (and CF_LIFETIME_GRACE_S) ends every command of the sandbox
+ *    and its files; calls from the expiry on are not_found naming it, and
+ *    a resume then deletes the sandbox (DELETE; sbx_gc() reaps an expired
+ *    row through a resume). A container that sleeps first (the worker's
+ *    sleepAfter of idleness) takes the keeper with it, and its files: the
+ *    sandbox is gone then.
  *  - exec: POST /v1/sandbox/{id}/exec {"argv": ["bash", "-c", SCRIPT]}: SSE
  *    with "stdout"/"stderr" events whose data is base64 of the output as
  *    UTF-8 text (the bridge decodes it as text first: bytes that are not
@@ -83,8 +88,9 @@
  *    ~/.local/state/sbx/cloudflare-snapshots), and a create with that
  *    snapshot_id POSTs it to …/hydrate. So a snapshot is usable where its
  *    directory is; removing it is removing the file.
- *  - session_state: {"version":1,"sandbox_id","workdir"?}; resume checks
- *    GET …/running and starts the container when it slept.
+ *  - session_state: {"version":1,"sandbox_id","workdir"?,"tunnels"?,
+ *    "lifetime"?,"expires_at"?}; resume refuses an expired sandbox (naming
+ *    the expiry) and deletes it, else checks GET …/running.
  *  - A create whose answer is lost leaves nothing running (CASE-20): the
  *    bridge's create only mints an id, and the container starts with the
  *    plugin's first command, which a lost create never sends.
@@ -153,7 +159,7 @@
 
 #define CF_CAPS (SBX_CAP_EXEC | SBX_CAP_EXEC_STDIN | SBX_CAP_FILES | SBX_CAP_SNAPSHOT      \
                  | SBX_CAP_RESUME | SBX_CAP_ISOLATION | SBX_CAP_BACKGROUND | CF_CAP_PTY   \
-                 | SBX_CAP_EXPOSED_PORTS)
+                 | SBX_CAP_EXPOSED_PORTS | SBX_CAP_LIFETIME)
 
 struct sbx_plugin_client {
     cl_client cl;       /* first member: http, the worker's URL (provider.h) */
@@ -171,6 +177,8 @@ struct sbx_plugin_sandbox {
     pthread_mutex_t tlock;      /* guards the tunnels */
     cf_tunnel *tunnels; /* the exposed ports, ascending */
     size_t n_tunnels;
+    double lifetime;    /* timeout_secs, from the first command (0: none) */
+    double expires_at;  /* UNIX seconds the lifetime ends (0: none) */
 };
 
 typedef struct cf_proc {
@@ -186,8 +194,8 @@ typedef struct cf_proc {
 } cf_proc;
 
 #define cf_is_gone(sb) cl_gone_get(&(sb)->s.gone)
-#define cf_check(sb, op, error) cl_gone_check(&(sb)->s.gone, (op), CF_BACKEND, (sb)->s.id, \
-                                              (error))
+#define cf_check(sb, op, error) cf_check_live((sb), (op), (error))
+static int cf_check_live(struct sbx_plugin_sandbox *sb, const char *op, sbx_error **error);
 
 /* ------------------------------------------------------------------------ */
 /* Requests                                                                  */
@@ -414,7 +422,7 @@ static int cf_exec_call(struct sbx_plugin_sandbox *sb, const sbx_call_ctx *ctx,
                         const char *script, const char *mark, cf_stream *s, const char *op,
                         sbx_error **error)
 {
-    if (cf_check(sb, op, error) < 0)
+    if (cl_gone_check(&sb->s.gone, op, CF_BACKEND, sb->s.id, error) < 0)
         return -1;
     char *full = mark ? cl_printf("export " CL_EXEC_MARK "=%s\n%s", mark, script)
                       : strdup(script);
@@ -840,10 +848,44 @@ static int cf_hydrate(struct sbx_plugin_sandbox *sb, const sbx_call_ctx *ctx, co
     return rc;
 }
 
+/*
+ * The lifetime's keeper (timeout_secs, from the first command): the bridge
+ * has no lifetime per sandbox, so a process of the container's own, started
+ * by the create's first command in the background (its output to
+ * /dev/null, without the command mark, so no exec_kill ends it), sleeps
+ * the lifetime and CF_LIFETIME_GRACE_S and then ends the sandbox as far as
+ * a process inside it can: removes CF_LIVE_FILE (from then on every
+ * command finds the sandbox gone) and the create's environment, kills
+ * every process that carries the command mark (every command of the
+ * sandbox; not the container's own control plane) and empties
+ * /workspace. The container itself sleeps after the worker's sleepAfter,
+ * or is deleted by destroy, or by a resume after the expiry (sbx_gc()).
+ */
+#define CF_LIFETIME_GRACE_S 1.0
+
+static void cf_keeper(cl_buf *b, double lifetime)
+{
+    cl_buf k = { 0 };
+    cl_buf_printf(&k, "sleep %.3f || exit 0\n"
+                  "rm -f " CF_LIVE_FILE " " CF_ENV_FILE "\n"
+                  "for d in /proc/[0-9]*; do [ \"${d#/proc/}\" = $$ ] && continue; "
+                  "tr '\\0' '\\n' < $d/environ 2>/dev/null | grep -q '^" CL_EXEC_MARK "=' "
+                  "&& kill -9 ${d#/proc/} 2>/dev/null; done\n"
+                  "find " CF_WORKSPACE " -mindepth 1 -delete 2>/dev/null\nexit 0\n",
+                  lifetime + CF_LIFETIME_GRACE_S);
+    char *q = k.data ? cl_shell_quote(k.data) : NULL;
+    cl_buf_printf(b, "(env -u " CL_EXEC_MARK " nohup sh -c %s >/dev/null 2>&1 </dev/null &)\n",
+                  q ? q : "'exit 0'");
+    free(q);
+    cl_buf_clear(&k);
+}
+
 /* The create's first command: starts the container, installs the
- * create's environment file (staged at @env_path) and makes the workdir. */
+ * create's environment file (staged at @env_path), starts the lifetime's
+ * keeper (@lifetime > 0) and makes the workdir. */
 static int cf_first_command(struct sbx_plugin_sandbox *sb, const sbx_call_ctx *ctx,
-                            const char *env_path, const char *op, sbx_error **error)
+                            const char *env_path, double lifetime, const char *op,
+                            sbx_error **error)
 {
     cl_buf b = { 0 };
     cl_buf_printf(&b, "mkdir -p " CF_WORKSPACE " /var/lib/sbx && : >" CF_LIVE_FILE
@@ -854,6 +896,13 @@ static int cf_first_command(struct sbx_plugin_sandbox *sb, const sbx_call_ctx *c
         cl_buf_printf(&b, "mkdir -p /var/lib/sbx && mv -f -- %s " CF_ENV_FILE
                       " && chmod 600 " CF_ENV_FILE " || exit 2\n", q ? q : "''");
         free(q);
+    }
+    if (lifetime > 0) {
+        cf_keeper(&b, lifetime);
+        /* Counted from here: the keeper sleeps from its start, a moment
+         * later, so the expiry told to callers is never later. */
+        sb->lifetime = lifetime;
+        sb->expires_at = cl_wallclock() + lifetime;
     }
     int code = -1;
     char *msg = NULL;
@@ -926,7 +975,8 @@ static int cf_create(sbx_plugin_client *client, const sbx_call_ctx *ctx,
     }
     sb = cf_sandbox_new(c, id, rq->workdir && *rq->workdir ? rq->workdir : NULL);
     if (!sb || (envtext && !(env_path = cf_stage_text(sb, ctx, envtext, "env", op, error)))
-        || cf_first_command(sb, ctx, env_path, op, error) < 0
+        || cf_first_command(sb, ctx, env_path, rq->timeout_secs > 0 ? rq->timeout_secs : 0,
+                            op, error) < 0
         || (rq->snapshot_id && cf_hydrate(sb, ctx, rq->snapshot_id, op, error) < 0)
         || cf_open_request_ports(sb, ctx, rq, op, error) < 0) {
         sb = cl_create_undo(sb, c, cf_delete, id, sb != NULL, cf_sandbox_free, op, error);
@@ -944,6 +994,18 @@ out:
 }
 
 CL_DESTROY(cf_destroy, cf_delete)
+
+/* The first check of every slot the library calls on a sandbox:
+ * not_found once its lifetime is over (naming the expiry) or once it is
+ * gone. The plugin's own commands (a kill, a staged file's removal, the
+ * end of a command that ran at the expiry) only check that it is not gone
+ * (cf_exec_call). */
+static int cf_check_live(struct sbx_plugin_sandbox *sb, const char *op, sbx_error **error)
+{
+    if (cl_lifetime_check(sb->expires_at, sb->lifetime, sb->s.id, op, error) < 0)
+        return -1;
+    return cl_gone_check(&sb->s.gone, op, CF_BACKEND, sb->s.id, error);
+}
 
 /* GET …/running: 1 or 0 in *@running, or -1. */
 static int cf_running(struct sbx_plugin_client *c, const sbx_call_ctx *ctx, const char *id,
@@ -998,6 +1060,10 @@ static char *cf_session_state(sbx_plugin_sandbox *sb, const sbx_call_ctx *ctx, s
         json_object_object_add(j, "tunnels", a);
     }
     pthread_mutex_unlock(&sb->tlock);
+    if (sb->expires_at > 0) {
+        json_object_object_add(j, "lifetime", json_object_new_double(sb->lifetime));
+        json_object_object_add(j, "expires_at", json_object_new_double(sb->expires_at));
+    }
     return cl_state_end(j, error);
 }
 
@@ -1012,6 +1078,17 @@ static int cf_resume(sbx_plugin_client *client, const sbx_call_ctx *ctx, const c
     if (!sb)
         return -1;
     pthread_mutex_init(&sb->tlock, NULL);
+    json_object *lv = NULL;
+    if (json_object_object_get_ex(data, "lifetime", &lv))
+        sb->lifetime = json_object_get_double(lv);
+    if (json_object_object_get_ex(data, "expires_at", &lv))
+        sb->expires_at = json_object_get_double(lv);
+    if (cl_lifetime_check(sb->expires_at, sb->lifetime, sb->s.id, op, error) < 0) {
+        /* Deleted now (best effort): sbx_gc() reaps an expired row through
+         * a resume. */
+        cf_delete(client, ctx, sb->s.id, op, NULL);
+        return cl_resume_end(-1, sb, sandbox, NULL, data, cf_sandbox_free);
+    }
     int running = 0;
     if (cf_running(client, ctx, sb->s.id, &running, op, error) < 0)
         return cl_resume_end(-1, sb, sandbox, NULL, data, cf_sandbox_free);
