@@ -18,7 +18,9 @@
  * the create's body: ttlMinutes max(1, ceil(lifetime / 60)) only for a
  * lifetime the caller set, autoStopInterval 15 always, memory in whole GB
  * and a memory_mb that is not a multiple of 1024 refused naming it; CASE-48
- * (this process's environment never reaches the sandbox or the provider).
+ * (this process's environment never reaches the sandbox or the provider);
+ * execute_code in each language the reference gives Daytona (python,
+ * javascript, typescript, ruby, go) and the shells, running real code.
  *
  * Run by tests/daytona.sh, which starts the fake and sets DAYTONA_API_URL
  * (http://127.0.0.1:PORT/api) and DAYTONA_API_KEY. The fake's control
@@ -1510,4 +1512,98 @@ Test(daytona_faults, memory_not_a_multiple_of_the_step_is_refused)
 Test(daytona_faults, case48_creator_environment_never_reaches_the_sandbox)
 {
     tu_fake_assert_env_canaries("daytona", "DAYTONA_API_KEY");
+}
+
+/* ------------------------------------------------------------ execute_code */
+
+/* The languages the reference gives execute_code on Daytona (python,
+ * javascript, typescript, ruby, go), and the shells, each running real code
+ * through the fake's toolbox: stdout and stderr apart, the exit code, stdin.
+ * A language whose interpreter the sandbox (this machine, under the fake)
+ * does not have is skipped saying so; the interpreter is looked for in the
+ * sandbox with the PATH its commands get. */
+static void code_runs(const char *language, const char *interpreter, const char *code,
+                      const char *in, const char *out, const char *errout, int exit_code)
+{
+    if (interpreter) {
+        char *probe = tu_strdup_printf("command -v %s", interpreter);
+        sbx_result *p = tu_sh(g_sb, probe, 10);
+        free(probe);
+        int absent = sbx_result_get_exit_code(p) != 0;
+        sbx_result_free(p);
+        if (absent)
+            cr_skip_test("%s is not installed on this machine: execute_code(\"%s\") not run",
+                         interpreter, language);
+    }
+    tu_fake_reset();
+    sbx_exec_request req = SBX_EXEC_REQUEST_INIT;
+    req.stdin_data = in;
+    req.stdin_len = strlen(in);
+    req.timeout_secs = 120;
+    sbx_error *err = NULL;
+    sbx_result *r = sbx_sandbox_execute_code(g_sb, language, code, &req, &err);
+    cr_assert_not_null(r, "%s: %s", language, err ? sbx_error_get0_message(err) : "");
+    tu_assert_stdout(r, out);
+    tu_assert_stderr(r, errout);
+    tu_assert_exit(r, exit_code);
+    sbx_result_free(r);
+    /* It ran through the toolbox: one command started in a session. */
+    json_object *log = tu_fake_log();
+    char *re = tu_strdup_printf("^/toolbox/%s/process/session/[^/]+/exec$", sb_id());
+    cr_assert_eq(tu_fake_count(log, "POST", re, NULL, 0), 1, "%s",
+                 json_object_to_json_string(log));
+    free(re);
+    json_object_put(log);
+}
+
+Test(daytona_faults, execute_code_python)
+{
+    code_runs(NULL, NULL,
+              "import sys\nprint(sum(range(10)), sys.stdin.read().upper())\n"
+              "print('e', file=sys.stderr)\nsys.exit(3)", "in", "45 IN\n", "e\n", 3);
+}
+
+Test(daytona_faults, execute_code_javascript)
+{
+    static const char js[] =
+        "let s = ''; process.stdin.on('data', d => s += d).on('end', () => {"
+        " console.log([1, 2, 3].map(x => x * 2).join(','), s.toUpperCase());"
+        " console.error('e'); process.exit(4); });";
+    code_runs("javascript", "node", js, "in", "2,4,6 IN\n", "e\n", 4);
+    code_runs("js", "node", "console.log(typeof require)", "", "function\n", "", 0);
+    code_runs("node", "node", "console.log(6 * 7)", "", "42\n", "", 0);
+}
+
+Test(daytona_faults, execute_code_typescript)
+{
+    code_runs("typescript", "ts-node",
+              "const n: number = 6 * 7; console.log(n, typeof require);"
+              " console.error('e'); process.exit(5);", "", "42 function\n", "e\n", 5);
+}
+
+Test(daytona_faults, execute_code_ruby)
+{
+    code_runs("ruby", "ruby", "puts [1, 2, 3].sum, STDIN.read.upcase; warn 'e'; exit 6", "in",
+              "6\nIN\n", "e\n", 6);
+}
+
+Test(daytona_faults, execute_code_go)
+{
+    static const char go[] =
+        "package main\n"
+        "import (\"fmt\"; \"io\"; \"os\"; \"strings\")\n"
+        "func main() {\n"
+        "\tb, _ := io.ReadAll(os.Stdin)\n"
+        "\tfmt.Println(6*7, strings.ToUpper(string(b)))\n"
+        "\tfmt.Fprintln(os.Stderr, \"e\")\n"
+        "\tos.Exit(7)\n"
+        "}\n";
+    code_runs("go", "go", go, "in", "42 IN\n", "e\n", 7);
+}
+
+Test(daytona_faults, execute_code_shells)
+{
+    code_runs("bash", "bash", "a=(x y); echo ${#a[@]} $(cat); echo e >&2; exit 8", "in",
+              "2 in\n", "e\n", 8);
+    code_runs("sh", NULL, "echo $((6*7)) $(cat); echo e >&2", "in", "42 in\n", "e\n", 0);
 }
