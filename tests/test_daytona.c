@@ -20,7 +20,9 @@
  * and a memory_mb that is not a multiple of 1024 refused naming it; CASE-48
  * (this process's environment never reaches the sandbox or the provider);
  * execute_code in each language the reference gives Daytona (python,
- * javascript, typescript, ruby, go) and the shells, running real code.
+ * javascript, typescript, ruby, go) and the shells, running real code;
+ * CASE-52 C (a command quiet for 12 s, run at once or streamed, is not cut,
+ * and ends at its own timeout).
  *
  * Run by tests/daytona.sh, which starts the fake and sets DAYTONA_API_URL
  * (http://127.0.0.1:PORT/api) and DAYTONA_API_KEY. The fake's control
@@ -1606,4 +1608,109 @@ Test(daytona_faults, execute_code_shells)
     code_runs("bash", "bash", "a=(x y); echo ${#a[@]} $(cat); echo e >&2; exit 8", "in",
               "2 in\n", "e\n", 8);
     code_runs("sh", NULL, "echo $((6*7)) $(cat); echo e >&2", "in", "42 in\n", "e\n", 0);
+}
+
+/* ------------------------------------------------------------ CASE-52 */
+
+/* Daytona's contract streams a command's output only as its followed logs
+ * (chunked, no keepalive frames of the provider's), and answers a command
+ * run at once only when it has ended: both requests are quiet while the
+ * command is. */
+
+typedef struct chunks {
+    char out[64];
+    size_t len;
+    int n, empty, err;
+} chunks;
+
+static void count_chunks(sbx_stream stream, const void *data, size_t len, void *ud)
+{
+    chunks *c = ud;
+    c->err += stream != SBX_STREAM_STDOUT;
+    c->n++;
+    c->empty += len == 0;
+    if (c->len + len < sizeof c->out) {
+        memcpy(c->out + c->len, data, len);
+        c->len += len;
+    }
+}
+
+/* The session exec requests (the command's starts) in the fake's log. */
+static int command_starts(void)
+{
+    json_object *log = tu_fake_log();
+    char *re = tu_strdup_printf("^/toolbox/%s/process/session/[^/]+/exec$", sb_id());
+    int n = tu_fake_count(log, "POST", re, NULL, 0);
+    free(re);
+    json_object_put(log);
+    return n;
+}
+
+/* C: a command that prints nothing for 12 s (longer than the transport's
+ * one fixed limit, the 10 s to connect) is not cut, run at once (its one
+ * request quiet for 12 s) or streamed (its followed logs quiet as long):
+ * "done\n", exit 0, after one start of the command each time. The
+ * streamed output reaches the callback as one chunk, never an empty one. */
+Test(daytona_faults, case52_a_quiet_command_is_not_cut)
+{
+    for (int stream = 0; stream < 2; stream++) {
+        tu_fake_reset();
+        chunks c = { .len = 0 };
+        sbx_exec_request req = SBX_EXEC_REQUEST_INIT;
+        req.shell = "sleep 12; echo done";
+        req.timeout_secs = 60;
+        if (stream) {
+            req.on_output = count_chunks;
+            req.user_data = &c;
+        }
+        double t0 = tu_now();
+        sbx_result *r = tu_exec(g_sb, &req);
+        double dt = tu_now() - t0;
+        tu_assert_exit(r, 0);
+        tu_assert_stdout(r, "done\n");
+        tu_assert_stderr(r, "");
+        cr_assert_eq(sbx_result_is_timed_out(r), 0);
+        sbx_result_free(r);
+        cr_assert(dt >= 12.0 && dt < 20.0, "the command took %.2f s", dt);
+        cr_assert_eq(command_starts(), 1);
+        if (stream) {
+            tu_assert_bytes("the streamed output", c.out, c.len, "done\n", 5);
+            cr_assert_eq(c.empty, 0, "%d empty chunks", c.empty);
+            cr_assert_eq(c.err, 0, "%d chunks on stderr", c.err);
+        }
+    }
+}
+
+/* C: the quiet command's bound is its own timeout: cut at 2 s (124, timed
+ * out, nothing on stdout), run at once or streamed, not run to its end
+ * (30 s); its process is gone after. (stderr is not asserted: the session's
+ * shell reports its killed child there, "Terminated".) */
+Test(daytona_faults, case52_a_quiet_command_ends_at_its_own_timeout)
+{
+    for (int stream = 0; stream < 2; stream++) {
+        chunks c = { .len = 0 };
+        sbx_exec_request req = SBX_EXEC_REQUEST_INIT;
+        req.shell = stream ? "echo $$ > /tmp/q1.pid; exec sleep 30"
+                           : "echo $$ > /tmp/q0.pid; exec sleep 30";
+        req.timeout_secs = 2;
+        if (stream) {
+            req.on_output = count_chunks;
+            req.user_data = &c;
+        }
+        double t0 = tu_now();
+        sbx_result *r = tu_exec(g_sb, &req);
+        double dt = tu_now() - t0;
+        cr_assert_eq(sbx_result_get_exit_code(r), 124);
+        cr_assert_eq(sbx_result_is_timed_out(r), 1);
+        tu_assert_stdout(r, "");
+        sbx_result_free(r);
+        cr_assert(dt >= 2.0 && dt < 8.0, "the command took %.2f s", dt);
+        cr_assert_eq(c.n - c.err, 0, "%d chunks on stdout: %.*s", c.n - c.err, (int)c.len,
+                     c.out);
+        char *check = tu_strdup_printf("kill -0 $(cat /tmp/q%d.pid) 2>/dev/null; echo $?", stream);
+        r = tu_sh(g_sb, check, 10);
+        free(check);
+        tu_assert_stdout(r, "1\n");
+        sbx_result_free(r);
+    }
 }
