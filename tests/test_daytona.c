@@ -22,7 +22,8 @@
  * execute_code in each language the reference gives Daytona (python,
  * javascript, typescript, ruby, go) and the shells, running real code;
  * CASE-52 C (a command quiet for 12 s, run at once or streamed, is not cut,
- * and ends at its own timeout).
+ * and ends at its own timeout); warm execs one after another share one TCP
+ * connection at the fake.
  *
  * Run by tests/daytona.sh, which starts the fake and sets DAYTONA_API_URL
  * (http://127.0.0.1:PORT/api) and DAYTONA_API_KEY. The fake's control
@@ -1713,4 +1714,14 @@ Test(daytona_faults, case52_a_quiet_command_ends_at_its_own_timeout)
         tu_assert_stdout(r, "1\n");
         sbx_result_free(r);
     }
+}
+
+/* ------------------------------------------------------------ connections */
+
+/* Connection reuse (the base's pool, keep-alive): five warm execs one after
+ * another take one request each (the session exec run at once), all on one
+ * TCP connection at the fake. */
+Test(daytona_faults, warm_execs_share_one_connection)
+{
+    tu_fake_assert_warm_execs_share_a_connection(g_sb, 5, 1);
 }

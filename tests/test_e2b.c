@@ -19,7 +19,8 @@
  * app_name) are configuration errors naming the first given, before any
  * request; CASE-36 (a key the provider echoes is [redacted] in the error,
  * and never in its context, a session state or the fake's log) and CASE-48
- * (this process's environment never reaches the sandbox or the provider).
+ * (this process's environment never reaches the sandbox or the provider);
+ * warm execs one after another share one TCP connection at the fake.
  * The fake's test routes (/_fake/sandbox/{id}, .../vanish,
  * /_fake/keepalive) show and change the provider's side; its fault rules and
  * request log (/_fake/faults, /_fake/log) script and count requests.
@@ -865,4 +866,15 @@ Test(e2b, case36_the_credential_is_never_shown)
 Test(e2b, case48_creator_environment_never_reaches_the_sandbox)
 {
     tu_fake_assert_env_canaries("e2b", "E2B_API_KEY");
+}
+
+/* ------------------------------------------------------------ connections */
+
+/* Connection reuse (the base's pool, keep-alive): five warm execs one after
+ * another take one request each (process.Process/Start), all on one TCP
+ * connection at the fake. */
+Test(e2b, warm_execs_share_one_connection)
+{
+    g_sb = create_with_lifetime(600);
+    tu_fake_assert_warm_execs_share_a_connection(g_sb, 5, 1);
 }

@@ -887,6 +887,49 @@ int tu_fake_count(struct json_object *log, const char *method, const char *re, d
     return n;
 }
 
+int tu_fake_connections(struct json_object *log)
+{
+    int seen[256], n = 0;
+    for (size_t i = 0; i < json_object_array_length(log); i++) {
+        json_object *e = json_object_array_get_idx(log, i), *cv;
+        cr_assert(json_object_object_get_ex(e, "conn", &cv), "no conn in %s",
+                  json_object_to_json_string(e));
+        int c = json_object_get_int(cv), k = 0;
+        while (k < n && seen[k] != c)
+            k++;
+        if (k == n) {
+            cr_assert_lt(n, 256);
+            seen[n++] = c;
+        }
+    }
+    return n;
+}
+
+void tu_fake_assert_warm_execs_share_a_connection(sbx_sandbox *sb, int n, int per_exec)
+{
+    sbx_result *r = tu_sh(sb, "echo warm", 30);
+    tu_assert_exit(r, 0);
+    tu_assert_stdout(r, "warm\n");
+    sbx_result_free(r);
+    cr_assert_eq(tu_fake_http("DELETE", "/_fake/log", NULL, NULL, NULL), 204);
+    for (int i = 0; i < n; i++) {
+        char cmd[32], want[32];
+        snprintf(cmd, sizeof cmd, "echo warm-%d", i);
+        snprintf(want, sizeof want, "warm-%d\n", i);
+        r = tu_sh(sb, cmd, 30);
+        tu_assert_exit(r, 0);
+        tu_assert_stdout(r, want);
+        tu_assert_stderr(r, "");
+        sbx_result_free(r);
+    }
+    struct json_object *log = tu_fake_log();
+    cr_assert_eq((int)json_object_array_length(log), n * per_exec, "%d warm execs: %s", n,
+                 json_object_to_json_string(log));
+    cr_assert_eq(tu_fake_connections(log), 1, "%d warm execs: %s", n,
+                 json_object_to_json_string(log));
+    json_object_put(log);
+}
+
 void tu_fake_assert_create_answered(sbx_client *client, const char *path_re, int status,
                                     sbx_error_code code)
 {

@@ -161,6 +161,14 @@ const char *tu_json_str(struct json_object *o, const char *key);
  * of them go to @t (may be NULL). */
 int tu_fake_count(struct json_object *log, const char *method, const char *re, double *t,
                   size_t tmax);
+/* How many TCP connections the requests of @log came on (the distinct
+ * "conn" numbers the fake gives its entries). */
+int tu_fake_connections(struct json_object *log);
+/* Connection reuse at the fake: one exec on @sb to warm it, the fake's log
+ * emptied, then @n warm execs one after another ("echo warm-I", each
+ * asserted): the fake logged exactly @n * @per_exec requests, all on one
+ * connection. */
+void tu_fake_assert_warm_execs_share_a_connection(sbx_sandbox *sb, int n, int per_exec);
 /* Empties the fake's log, makes it answer @status to every POST whose path
  * matches @path_re, and asserts that a create on @client fails with @code
  * and a message holding "(HTTP @status)", after exactly one such POST (the
