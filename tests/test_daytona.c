@@ -388,8 +388,9 @@ Test(daytona_faults, a_5xx_on_an_unsafe_call_is_never_resent)
 
 /* ------------------------------------------------------------ CASE-32 */
 
-/* Deleted behind the library's back: the next exec is not_found "gone",
- * not retryable, after one request; the one after fails at once with no
+/* Deleted behind the library's back: the next exec is not_found "gone"
+ * with the sandbox's id in its context (sandbox_id), not retryable, after
+ * one request; the one after fails at once with no
  * request; destroy succeeds without one. */
 Test(daytona_faults, case32_a_vanished_sandbox_is_gone)
 {
@@ -405,6 +406,10 @@ Test(daytona_faults, case32_a_vanished_sandbox_is_gone)
     req.shell = "echo again";
     sbx_error *err = tu_exec_fail(g_sb, &req, SBX_ERROR_NOT_FOUND);
     cr_assert_str_eq(sbx_error_get0_context(err, "reason"), "gone");
+    cr_assert_not_null(sbx_error_get0_context(err, "sandbox_id"), "no sandbox_id: %s",
+                       sbx_error_get0_message(err));
+    cr_assert_str_eq(sbx_error_get0_context(err, "sandbox_id"), sb_id());
+    cr_assert_str_eq(sbx_error_get0_backend(err), "daytona");
     cr_assert_eq(sbx_error_is_retryable(err), 0);
     char *want = tu_strdup_printf("daytona sandbox %s is gone (the provider no longer has it)",
                                   sb_id());
@@ -419,6 +424,8 @@ Test(daytona_faults, case32_a_vanished_sandbox_is_gone)
     req.shell = "echo third";
     err = tu_exec_fail(g_sb, &req, SBX_ERROR_NOT_FOUND);
     cr_assert_str_eq(sbx_error_get0_context(err, "reason"), "gone");
+    cr_assert_not_null(sbx_error_get0_context(err, "sandbox_id"));
+    cr_assert_str_eq(sbx_error_get0_context(err, "sandbox_id"), sb_id());
     sbx_error_free(err);
     err = NULL;
     cr_assert_eq(sbx_sandbox_destroy(g_sb, &err), 0);

@@ -116,8 +116,9 @@ static sbx_sandbox *create_with_lifetime(double secs)
     return sb;
 }
 
-/* CASE-32: the provider dropped the sandbox: not_found, reason "gone", not
- * retryable, at once for the next call too; destroy succeeds. */
+/* CASE-32: the provider dropped the sandbox: not_found, reason "gone" and
+ * the sandbox's id (sandbox_id) in the context, not retryable, at once for
+ * the next call too; destroy succeeds. */
 Test(e2b, vanished_sandbox_is_gone)
 {
     g_sb = create_with_lifetime(600);
@@ -132,6 +133,10 @@ Test(e2b, vanished_sandbox_is_gone)
         req.shell = i ? "echo third" : "echo again";
         sbx_error *err = tu_exec_fail(g_sb, &req, SBX_ERROR_NOT_FOUND);
         cr_assert_str_eq(sbx_error_get0_context(err, "reason"), "gone");
+        const char *id = sbx_error_get0_context(err, "sandbox_id");
+        cr_assert_not_null(id, "no sandbox_id: %s", sbx_error_get0_message(err));
+        cr_assert_str_eq(id, sbx_sandbox_get0_id(g_sb));
+        cr_assert_str_eq(sbx_error_get0_backend(err), "e2b");
         cr_assert_eq(sbx_error_is_retryable(err), 0);
         sbx_error_free(err);
     }

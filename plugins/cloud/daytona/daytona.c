@@ -1534,7 +1534,7 @@ out:
         free(s);
     }
     if (code < 0 && dt_is_gone(sb))
-        cl_proc_context(base, "reason", "gone");
+        cl_proc_gone(base, sb->s.id);
     json_object_put(j);
     json_object_put(eb);
     free(stdin_path);
