@@ -23,7 +23,8 @@
  * javascript, typescript, ruby, go) and the shells, running real code;
  * CASE-52 C (a command quiet for 12 s, run at once or streamed, is not cut,
  * and ends at its own timeout); warm execs one after another share one TCP
- * connection at the fake.
+ * connection at the fake; files through the plugin (CASE-17, list_files,
+ * HOME, CASE-45, CASE-46: the tu_files_* helpers of testutil.c).
  *
  * Run by tests/daytona.sh, which starts the fake and sets DAYTONA_API_URL
  * (http://127.0.0.1:PORT/api) and DAYTONA_API_KEY. The fake's control
@@ -1731,4 +1732,33 @@ Test(daytona_faults, case52_a_quiet_command_ends_at_its_own_timeout)
 Test(daytona_faults, warm_execs_share_one_connection)
 {
     tu_fake_assert_warm_execs_share_a_connection(g_sb, 5, 1);
+}
+
+/* ------------------------------------------------------------ files */
+
+/* Files through the plugin (the toolbox's file endpoints and the base's
+ * tar path): CASE-17, list_files, HOME, CASE-45, CASE-46 (testutil.c). */
+Test(daytona_faults, files_case17_all_byte_values_round_trip)
+{
+    tu_files_case17(g_sb);
+}
+
+Test(daytona_faults, files_list_files_gives_exact_entries)
+{
+    tu_files_list_exact(g_sb);
+}
+
+Test(daytona_faults, files_home_is_a_writable_directory)
+{
+    tu_files_home_is_writable(g_sb);
+}
+
+Test(daytona_faults, files_case45_uploads_belong_to_the_exec_user)
+{
+    tu_files_case45(g_sb);
+}
+
+Test(daytona_faults, files_case46_cwd_holds_for_every_part)
+{
+    tu_files_case46(g_sb);
 }

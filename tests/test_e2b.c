@@ -20,7 +20,9 @@
  * request; CASE-36 (a key the provider echoes is [redacted] in the error,
  * and never in its context, a session state or the fake's log) and CASE-48
  * (this process's environment never reaches the sandbox or the provider);
- * warm execs one after another share one TCP connection at the fake.
+ * warm execs one after another share one TCP connection at the fake;
+ * files through the plugin (CASE-17, list_files, HOME, CASE-45, CASE-46:
+ * the tu_files_* helpers of testutil.c).
  * The fake's test routes (/_fake/sandbox/{id}, .../vanish,
  * /_fake/keepalive) show and change the provider's side; its fault rules and
  * request log (/_fake/faults, /_fake/log) script and count requests.
@@ -882,4 +884,38 @@ Test(e2b, warm_execs_share_one_connection)
 {
     g_sb = create_with_lifetime(600);
     tu_fake_assert_warm_execs_share_a_connection(g_sb, 5, 1);
+}
+
+/* ------------------------------------------------------------ files */
+
+/* Files through the plugin (envd's file endpoints and the base's tar
+ * path): CASE-17, list_files, HOME, CASE-45, CASE-46 (testutil.c). */
+Test(e2b, files_case17_all_byte_values_round_trip)
+{
+    g_sb = create_with_lifetime(600);
+    tu_files_case17(g_sb);
+}
+
+Test(e2b, files_list_files_gives_exact_entries)
+{
+    g_sb = create_with_lifetime(600);
+    tu_files_list_exact(g_sb);
+}
+
+Test(e2b, files_home_is_a_writable_directory)
+{
+    g_sb = create_with_lifetime(600);
+    tu_files_home_is_writable(g_sb);
+}
+
+Test(e2b, files_case45_uploads_belong_to_the_exec_user)
+{
+    g_sb = create_with_lifetime(600);
+    tu_files_case45(g_sb);
+}
+
+Test(e2b, files_case46_cwd_holds_for_every_part)
+{
+    g_sb = create_with_lifetime(600);
+    tu_files_case46(g_sb);
 }
