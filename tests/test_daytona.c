@@ -33,6 +33,7 @@
  */
 #include <criterion/criterion.h>
 
+#include <pthread.h>
 #include <regex.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -1531,20 +1532,29 @@ Test(daytona_faults, case48_creator_environment_never_reaches_the_sandbox)
  * javascript, typescript, ruby, go), and the shells, each running real code
  * through the fake's toolbox: stdout and stderr apart, the exit code, stdin.
  * A language whose interpreter the sandbox (this machine, under the fake)
- * does not have is skipped saying so; the interpreter is looked for in the
- * sandbox with the PATH its commands get. */
+ * does not have, or whose interpreter fails its own --version (a broken
+ * install: it prints an error there), is skipped saying so; the
+ * interpreter is looked for in the sandbox with the PATH its commands get. */
 static void code_runs(const char *language, const char *interpreter, const char *code,
                       const char *in, const char *out, const char *errout, int exit_code)
 {
     if (interpreter) {
-        char *probe = tu_strdup_printf("command -v %s", interpreter);
-        sbx_result *p = tu_sh(g_sb, probe, 10);
+        char *probe = tu_strdup_printf("command -v %s >/dev/null || exit 127; %s %s 2>&1 "
+                                       ">/dev/null | head -n 1", interpreter, interpreter,
+                                       strcmp(interpreter, "go") == 0 ? "version" : "--version");
+        sbx_result *p = tu_sh(g_sb, probe, 30);
         free(probe);
-        int absent = sbx_result_get_exit_code(p) != 0;
+        int missing = sbx_result_get_exit_code(p) == 127;
+        char why[256];
+        snprintf(why, sizeof why, "%.*s", (int)strcspn(sbx_result_get0_stdout(p, NULL), "\n"),
+                 sbx_result_get0_stdout(p, NULL));
         sbx_result_free(p);
-        if (absent)
+        if (missing)
             cr_skip_test("%s is not installed on this machine: execute_code(\"%s\") not run",
                          interpreter, language);
+        if (why[0])
+            cr_skip_test("%s is installed but does not run on this machine (%s): "
+                         "execute_code(\"%s\") not run", interpreter, why, language);
     }
     tu_fake_reset();
     sbx_exec_request req = SBX_EXEC_REQUEST_INIT;
@@ -1761,4 +1771,54 @@ Test(daytona_faults, files_case45_uploads_belong_to_the_exec_user)
 Test(daytona_faults, files_case46_cwd_holds_for_every_part)
 {
     tu_files_case46(g_sb);
+}
+
+/* ------------------------------------------------------------ CASE-32, mid-command */
+
+static void *vanish_later(void *ud)
+{
+    usleep(1000000);
+    char *path = tu_strdup_printf("/_fake/sandbox/%s/vanish", (const char *)ud);
+    tu_fake_post(path, NULL);
+    free(path);
+    return NULL;
+}
+
+/* The sandbox vanishes while a command runs (1 s into a 10 s sleep), run
+ * at once or streamed: the exec fails not_found "gone" with the sandbox's
+ * id in its context (sandbox_id), well before the command would have
+ * ended. */
+Test(daytona_faults, case32_a_sandbox_vanishing_mid_command_is_gone_with_its_id)
+{
+    for (int stream = 1; stream >= 0; stream--) {
+        sbx_sandbox *sb = stream ? tu_create(g_client, NULL) : g_sb;
+        char *id = strdup(sbx_sandbox_get0_id(sb));
+        pthread_t t;
+        cr_assert_eq(pthread_create(&t, NULL, vanish_later, id), 0);
+        chunks c = { .len = 0 };
+        sbx_exec_request req = SBX_EXEC_REQUEST_INIT;
+        req.shell = "sleep 10; echo done";
+        req.timeout_secs = 60;
+        if (stream) {
+            req.on_output = count_chunks;
+            req.user_data = &c;
+        }
+        double t0 = tu_now();
+        sbx_error *err = tu_exec_fail(sb, &req, SBX_ERROR_NOT_FOUND);
+        double dt = tu_now() - t0;
+        pthread_join(t, NULL);
+        cr_assert(dt < 8.0, "the exec failed after %.2f s", dt);
+        cr_assert_str_eq(sbx_error_get0_context(err, "reason"), "gone", "%s",
+                         sbx_error_get0_message(err));
+        const char *got = sbx_error_get0_context(err, "sandbox_id");
+        cr_assert_not_null(got, "%s: no sandbox_id: %s", stream ? "streamed" : "at once",
+                           sbx_error_get0_message(err));
+        cr_assert_str_eq(got, id);
+        sbx_error_free(err);
+        if (stream) {
+            sbx_sandbox_destroy(sb, NULL);
+            sbx_sandbox_free(sb);
+        }
+        free(id);
+    }
 }

@@ -34,6 +34,7 @@
 
 #include <errno.h>
 #include <json-c/json.h>
+#include <pthread.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -918,4 +919,42 @@ Test(e2b, files_case46_cwd_holds_for_every_part)
 {
     g_sb = create_with_lifetime(600);
     tu_files_case46(g_sb);
+}
+
+static void *vanish_later(void *ud)
+{
+    usleep(1000000);
+    char *path = tu_strdup_printf("/_fake/sandbox/%s/vanish", (const char *)ud);
+    cr_assert_eq(fake_call("POST", path, NULL), 204);
+    free(path);
+    return NULL;
+}
+
+/* CASE-32 mid-command: the sandbox vanishes 1 s into a 10 s command (envd
+ * goes with it: the stream is cut without its end): the exec fails
+ * not_found "gone" with sandbox_id in its context, not a result of the
+ * killed command; its re-attach meets the proxy's 502 "The sandbox was not
+ * found" (retried, as a paused sandbox answers it too) before the sandbox
+ * is found gone, within 30 s. */
+Test(e2b, a_sandbox_vanishing_mid_command_is_gone_with_its_id)
+{
+    g_sb = create_with_lifetime(600);
+    char *id = strdup(sbx_sandbox_get0_id(g_sb));
+    pthread_t t;
+    cr_assert_eq(pthread_create(&t, NULL, vanish_later, id), 0);
+    sbx_exec_request req = SBX_EXEC_REQUEST_INIT;
+    req.shell = "sleep 10; echo done";
+    req.timeout_secs = 60;
+    double t0 = tu_now();
+    sbx_error *err = tu_exec_fail(g_sb, &req, SBX_ERROR_NOT_FOUND);
+    double dt = tu_now() - t0;
+    pthread_join(t, NULL);
+    cr_assert(dt < 30.0, "the exec failed after %.2f s", dt);
+    cr_assert_str_eq(sbx_error_get0_context(err, "reason"), "gone", "%s",
+                     sbx_error_get0_message(err));
+    const char *got = sbx_error_get0_context(err, "sandbox_id");
+    cr_assert_not_null(got, "no sandbox_id: %s", sbx_error_get0_message(err));
+    cr_assert_str_eq(got, id);
+    sbx_error_free(err);
+    free(id);
 }

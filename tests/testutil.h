@@ -171,7 +171,8 @@ int tu_fake_count(struct json_object *log, const char *method, const char *re, d
  *   4 entries each way, byte-exact;
  * - tu_files_list_exact: list_files of a directory of two files and a
  *   subdirectory: exactly three entries, sorted, with name, path, kind and
- *   size;
+ *   size; a missing directory is not_found naming it, and the sandbox works
+ *   on;
  * - tu_files_home_is_writable: $HOME is an absolute directory other than
  *   /, writable by the commands' user and through write_file;
  * - tu_files_case45: CASE-45: what write_file, upload_file and upload_dir

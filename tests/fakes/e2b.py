@@ -712,6 +712,12 @@ class E2BHandler(fakehttp.Handler):
                 with f.lock:
                     f.keepalives += 1
                 last = time.time()
+        if not sb_box.running():
+            # The sandbox was killed or paused under the command: envd,
+            # which held this stream, went with it; the stream is cut
+            # without its end (and the connection with it).
+            self.close_connection = True
+            return
         if timed_out:
             self.chunk(envelope(2, {"error": {"code": "deadline_exceeded",
                                               "message": "the operation timed out"}}))
