@@ -1425,11 +1425,29 @@ static int program_not_found(const sbx_result *res, const char *prog)
     return 0;
 }
 
-/* The languages execute_code runs, by name ("shell" and "js" are
- * aliases); each entry's interpreter is chosen in execute_code. */
+/* The languages execute_code runs, by name ("shell", "js" and "ts" are
+ * aliases): those of the reference, whose Daytona backend adds typescript,
+ * ruby and go to python and javascript; each entry's interpreter is chosen
+ * in execute_code. */
 static const char *const code_languages[] = {
-    "python", "bash", "sh", "shell", "node", "javascript", "js", NULL
+    "python", "bash", "sh", "shell", "node", "javascript", "js", "typescript", "ts", "ruby",
+    "go", NULL
 };
+
+/* The TypeScript compiler options Daytona's code toolbox gives ts-node: a
+ * snippet runs as a CommonJS module, so require() works in it. */
+static const char ts_node_options[] = "{\"module\":\"CommonJS\"}";
+
+/* Go builds a file, not an argument: the code ($1) is written to main.go
+ * in a directory of its own, `go build` makes the program there (its
+ * errors on stderr, exit 1) and the program runs with the command's stdin,
+ * stdout and stderr; the directory is removed and the program's own exit
+ * code is the command's (not `go run`'s, which is 1 for any failure and
+ * adds an "exit status N" line to stderr). */
+static const char go_script[] =
+    "d=$(mktemp -d \"${TMPDIR:-/tmp}/sbx-go-XXXXXX\") || exit 1; "
+    "printf '%s' \"$1\" >\"$d/main.go\" && go build -o \"$d/main\" \"$d/main.go\" && "
+    "\"$d/main\"; s=$?; rm -rf \"$d\"; exit $s";
 
 /* Sets the unknown-language error on *@err with @op (NULL: the caller's
  * fills it in). */
@@ -1437,7 +1455,7 @@ static void unknown_language(sbx_error **err, const char *language, const char *
 {
     sbx_error *e = sbx_set_error(err, SBX_ERROR_INVALID_ARGUMENT, op,
                                  "unknown language \"%s\" (known: python, bash, sh, "
-                                 "node, javascript)", language);
+                                 "node, javascript, typescript, ruby, go)", language);
     sbx_error_add_context(e, "language", language);
 }
 
@@ -1499,6 +1517,25 @@ sbx_sandbox_execute_code(sbx_sandbox *sandbox, const char *language, const char 
         argv[1] = "-e";
         argv[2] = code;
         argv[3] = NULL;
+    } else if (strcmp(language, "typescript") == 0 || strcmp(language, "ts") == 0) {
+        argv[0] = "ts-node";
+        argv[1] = "-O";
+        argv[2] = ts_node_options;
+        argv[3] = "-e";
+        argv[4] = code;
+        argv[5] = NULL;
+    } else if (strcmp(language, "ruby") == 0) {
+        argv[0] = "ruby";
+        argv[1] = "-e";
+        argv[2] = code;
+        argv[3] = NULL;
+    } else if (strcmp(language, "go") == 0) {
+        argv[0] = "/bin/sh";
+        argv[1] = "-c";
+        argv[2] = go_script;
+        argv[3] = "sbx-code";
+        argv[4] = code;
+        argv[5] = NULL;
     } else {
         unknown_language(&err, language, NULL);
         goto fail;

@@ -662,7 +662,8 @@ Test(api, client_config_that_is_not_a_json_object_is_named)
  * pass, another is invalid_argument naming it. */
 Test(errors, code_language_check)
 {
-    const char *known[] = { "python", "bash", "sh", "shell", "node", "javascript", "js" };
+    const char *known[] = { "python", "bash", "sh", "shell", "node", "javascript", "js",
+                            "typescript", "ts", "ruby", "go" };
     for (size_t i = 0; i < sizeof known / sizeof known[0]; i++)
         cr_assert_eq(sbx_code_language_check(known[i], NULL), 0, "%s", known[i]);
     cr_assert_eq(sbx_code_language_check(NULL, NULL), 0);
@@ -670,9 +671,10 @@ Test(errors, code_language_check)
     cr_assert_eq(sbx_code_language_check("Python", &err), -1);
     cr_assert_eq(sbx_error_get_code(err), SBX_ERROR_INVALID_ARGUMENT);
     cr_assert_str_eq(sbx_error_get0_message(err), "unknown language \"Python\" (known: python, "
-                                                  "bash, sh, node, javascript)");
+                                                  "bash, sh, node, javascript, typescript, "
+                                                  "ruby, go)");
     cr_assert_str_eq(sbx_error_get0_op(err), "execute_code");
     cr_assert_str_eq(sbx_error_get0_context(err, "language"), "Python");
     sbx_error_free(err);
-    cr_assert_eq(sbx_code_language_check("ruby", NULL), -1);
+    cr_assert_eq(sbx_code_language_check("cobol", NULL), -1);
 }

@@ -1052,12 +1052,12 @@ Test(cli, exec_code_sh)
  * that does not exist the error is still the language's. */
 Test(cli, exec_code_unknown_language_is_refused_before_a_create)
 {
-    cli_run r = SBX("exec-code", "-b", "nosuchbackend", "-l", "ruby", "p 1");
+    cli_run r = SBX("exec-code", "-b", "nosuchbackend", "-l", "perl", "print 1");
 
     cr_assert_eq(r.status, 125, "status %d (%s)", r.status, r.err);
     cr_assert_str_eq(r.out, "");
-    cr_assert_str_eq(r.err, "sbx: unknown language \"ruby\" (known: python, bash, sh, node, "
-                            "javascript)\nsbx: see 'sbx exec-code --help'\n");
+    cr_assert_str_eq(r.err, "sbx: unknown language \"perl\" (known: python, bash, sh, node, "
+                            "javascript, typescript, ruby, go)\nsbx: see 'sbx exec-code --help'\n");
     free_run(&r);
 }
 

@@ -4,7 +4,10 @@
  * byte by byte), Retry-After in both forms, the status mapping, the shell
  * script of a command with a cwd (CASE-46), base64 and JSON helpers, and
  * the retry of a rate-limited create (cl_request against a scripted HTTP
- * server on 127.0.0.1, counting requests). Errors are looked at through
+ * server on 127.0.0.1, counting requests), and of a transport error: re-sent
+ * when the connection was refused (nothing sent) for any call, and after a
+ * connection dropped with the request sent only for a safe call (an unsafe
+ * one is outcome unknown). Errors are looked at through
  * cl_last() (no host is loaded here), or, for the context of cl_request's
  * errors, through a stand-in host whose errors this file defines; the gRPC
  * layer's status mapping, channel URLs, failover and deadlines.
@@ -415,6 +418,7 @@ struct sbx_error {
     char msg[2048];
     char keys[16][64], vals[16][256];
     int nctx;
+    int unknown;        /* the outcome was set unknown */
 };
 
 static void th_set_error(sbx_error **error, sbx_error_code code, const char *op,
@@ -441,6 +445,7 @@ static void th_add_context(sbx_error *e, const char *key, const char *value)
 
 static void th_set_outcome(sbx_error *e, sbx_error_outcome o)
 {
+    e->unknown = o == SBX_ERROR_OUTCOME_UNKNOWN;
 }
 
 static const sbx_host_services test_host = {
@@ -460,7 +465,8 @@ static const char *ctx_of(const sbx_error *e, const char *key)
 }
 
 /* One scripted answer: a status and a Retry-After header ("" = none; "+N":
- * the HTTP-date N seconds after the answer's Date header). */
+ * the HTTP-date N seconds after the answer's Date header). Status 0: the
+ * request is read whole and the connection closed without an answer. */
 typedef struct answer {
     int status;
     const char *retry_after;
@@ -478,12 +484,20 @@ typedef struct script_server {
     pthread_mutex_t lock;
     int requests;
     int stop;
+    double listen_after;    /* seconds before listen() (0: at once); until
+                             * then a connection to the port is refused */
     char head[4096];    /* the last request's line and headers */
 } script_server;
 
 static void *serve_script(void *ud)
 {
     script_server *sv = ud;
+    if (sv->listen_after > 0) {
+        struct timespec ts = { (time_t)sv->listen_after,
+                               (long)((sv->listen_after - (double)(time_t)sv->listen_after) * 1e9) };
+        nanosleep(&ts, NULL);
+        cr_assert_eq(listen(sv->fd, 16), 0);
+    }
     for (;;) {
         int c = accept(sv->fd, NULL, NULL);
         if (c < 0)
@@ -524,6 +538,10 @@ static void *serve_script(void *ud)
         const answer *a = &sv->script[sv->requests < sv->n ? sv->requests : sv->n - 1];
         sv->requests++;
         pthread_mutex_unlock(&sv->lock);
+        if (a->status == 0) {
+            close(c);
+            continue;
+        }
         time_t now = time(NULL);
         char date[64], ra[128] = "";
         struct tm tm;
@@ -547,9 +565,13 @@ static void *serve_script(void *ud)
     }
 }
 
-static void server_start(script_server *sv, const answer *script, int n)
+/* Starts the server; with @listen_after > 0 its port is bound at once but
+ * listens only that many seconds later (refused until then). */
+static void server_start_later(script_server *sv, const answer *script, int n,
+                               double listen_after)
 {
     memset(sv, 0, sizeof(*sv));
+    sv->listen_after = listen_after;
     sv->script = script;
     sv->n = n;
     pthread_mutex_init(&sv->lock, NULL);
@@ -559,10 +581,16 @@ static void server_start(script_server *sv, const answer *script, int n)
     a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
     socklen_t al = sizeof(a);
     cr_assert_eq(bind(sv->fd, (struct sockaddr *)&a, sizeof(a)), 0);
-    cr_assert_eq(listen(sv->fd, 16), 0);
+    if (listen_after <= 0)
+        cr_assert_eq(listen(sv->fd, 16), 0);
     cr_assert_eq(getsockname(sv->fd, (struct sockaddr *)&a, &al), 0);
     sv->port = ntohs(a.sin_port);
     cr_assert_eq(pthread_create(&sv->thread, NULL, serve_script, sv), 0);
+}
+
+static void server_start(script_server *sv, const answer *script, int n)
+{
+    server_start_later(sv, script, n, 0);
 }
 
 /* Stops the server (a last connection wakes its accept) and returns how
@@ -741,6 +769,111 @@ Test(rate_limit, a_request_sent_once_is_not_resent)
     free(err);
     cl_resp_clear(&r);
     cl_http_free(h);
+}
+
+/* A request to 127.0.0.1:@port/sandbox/sb-1: GET (CL_SAFE, a read) or, with
+ * @unsafe, POST (CL_UNSAFE, a command's start); cl_request's value. */
+static int send_one(cl_http *h, int port, int unsafe, cl_resp *r, sbx_error **err)
+{
+    char url[64];
+    snprintf(url, sizeof(url), "http://127.0.0.1:%d/sandbox/sb-1", port);
+    sbx_call_ctx ctx = { .struct_size = sizeof(ctx), .cancel_fd = -1 };
+    cl_req rq = { .method = unsafe ? "POST" : "GET", .url = url,
+                  .body = unsafe ? "{\"command\":\"echo once\"}" : NULL,
+                  .body_len = unsafe ? 24 : 0, .idempotent = unsafe ? CL_UNSAFE : CL_SAFE,
+                  .secs = 30, .what = unsafe ? "start the command" : "get the sandbox" };
+    return cl_request(h, &ctx, &rq, r, unsafe ? "exec" : "is_alive", err);
+}
+
+/* A transport error before the request was sent (the connection refused:
+ * the port is bound and listens only 0.1 s later) is re-sent, for a safe
+ * call and an unsafe one alike, since nothing reached the server: each
+ * succeeds with the one request the server read, after at least one
+ * backoff. */
+Test(transport, refused_at_connect_is_retried_for_any_call)
+{
+    static const answer script[] = { { 200, "" } };
+    for (int unsafe = 0; unsafe < 2; unsafe++) {
+        script_server sv;
+        server_start_later(&sv, script, 1, 0.1);
+        cl_http *h = quick_client(30, 0);
+        cl_resp r;
+        sbx_error *err = NULL;
+        cr_assert_eq(send_one(h, sv.port, unsafe, &r, &err), 0, "%s: %s",
+                     unsafe ? "unsafe" : "safe", err ? err->msg : "");
+        cr_assert_null(err);
+        cr_assert_eq(r.status, 200);
+        cr_assert(r.attempts >= 2, "%d attempts", r.attempts);
+        cr_assert(r.waited_s >= 0.01 * (r.attempts - 1), "waited %.4f s in %d attempts",
+                  r.waited_s, r.attempts);
+        cr_assert_eq(server_stop(&sv), 1);
+        cl_resp_clear(&r);
+        cl_http_free(h);
+    }
+}
+
+/* Nothing ever listens: retries (2) re-sends, then a connection error
+ * naming the host, whose outcome is not unknown (nothing was sent), for a
+ * safe call and an unsafe one alike. */
+Test(transport, refused_every_time_is_a_connection_error_of_known_outcome)
+{
+    int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+    struct sockaddr_in a = { .sin_family = AF_INET };
+    a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    socklen_t al = sizeof(a);
+    cr_assert_eq(bind(fd, (struct sockaddr *)&a, sizeof(a)), 0);
+    cr_assert_eq(getsockname(fd, (struct sockaddr *)&a, &al), 0);
+    int port = ntohs(a.sin_port);
+    for (int unsafe = 0; unsafe < 2; unsafe++) {
+        cl_http *h = quick_client(2, 0);
+        cl_resp r;
+        sbx_error *err = NULL;
+        cr_assert_eq(send_one(h, port, unsafe, &r, &err), -1);
+        cr_assert_not_null(err);
+        cr_assert_eq(err->code, SBX_ERROR_CONNECTION, "%s", err->msg);
+        cr_assert_eq(r.attempts, 3);
+        cr_assert_eq(err->unknown, 0, "outcome unknown for a request never sent");
+        char host[32];
+        snprintf(host, sizeof(host), "127.0.0.1:%d", port);
+        cr_assert_str_eq(ctx_of(err, "host"), host);
+        free(err);
+        cl_resp_clear(&r);
+        cl_http_free(h);
+    }
+    close(fd);
+}
+
+/* The connection dropped after the request was sent (read whole, closed
+ * without an answer): a safe call is re-sent and gets the second answer
+ * (two requests); an unsafe one is never re-sent: one request, a connection
+ * error of outcome unknown (the server may have acted on it). */
+Test(transport, dropped_after_sending_is_resent_only_when_safe)
+{
+    static const answer script[] = { { 0, "" }, { 200, "" } };
+    for (int unsafe = 0; unsafe < 2; unsafe++) {
+        script_server sv;
+        server_start(&sv, script, 2);
+        cl_http *h = quick_client(3, 0);
+        cl_resp r;
+        sbx_error *err = NULL;
+        int rc = send_one(h, sv.port, unsafe, &r, &err);
+        if (!unsafe) {
+            cr_assert_eq(rc, 0, "%s", err ? err->msg : "");
+            cr_assert_eq(r.status, 200);
+            cr_assert_eq(r.attempts, 2);
+            cr_assert_eq(server_stop(&sv), 2);
+        } else {
+            cr_assert_eq(rc, -1);
+            cr_assert_not_null(err);
+            cr_assert_eq(err->code, SBX_ERROR_CONNECTION, "%s", err->msg);
+            cr_assert_eq(err->unknown, 1, "the outcome of %s", err->msg);
+            cr_assert_eq(r.attempts, 1);
+            cr_assert_eq(server_stop(&sv), 1);
+        }
+        free(err);
+        cl_resp_clear(&r);
+        cl_http_free(h);
+    }
 }
 
 /* A Retry-After past max_wait_s (60 s) fails at once: one request. */

@@ -741,8 +741,10 @@ Test(provider, ids_collected_and_finished)
     cr_assert_null(s.v);
 }
 
-/* A command's failure: the thread's last error, reason=gone when the
- * sandbox is, and a context pair set after it. */
+/* A command's failure: the thread's last error (its http_status kept),
+ * reason=gone and sandbox_id when the sandbox is, and context pairs set
+ * after it: added, or replacing the value of the same key, up to
+ * CL_PROC_CTX_MAX. */
 Test(provider, proc_failure_and_its_context)
 {
     cl_proc p = { 0 };
@@ -753,16 +755,32 @@ Test(provider, proc_failure_and_its_context)
     cl_proc_fail_in(&p, &s);
     cr_assert_eq(p.err_code, SBX_ERROR_CONNECTION);
     cr_assert_str_eq(p.err_msg, "no answer");
-    cr_assert_str_eq(p.err_ctx_key, "");
+    cr_assert_eq(p.err_nctx, 0);
     cl_gone_error(NULL, "exec", "acme", "sb-6");
     cl_gone_set(&s.gone);
     cl_proc_fail_in(&p, &s);
     cr_assert_eq(p.err_code, SBX_ERROR_NOT_FOUND);
-    cr_assert_str_eq(p.err_ctx_key, "reason");
-    cr_assert_str_eq(p.err_ctx_val, "gone");
+    cr_assert_str_eq(p.err_msg, "acme sandbox sb-6 is gone (the provider no longer has it)");
+    cr_assert_eq(p.err_nctx, 2);
+    cr_assert_str_eq(p.err_ctx_key[0], "reason");
+    cr_assert_str_eq(p.err_ctx_val[0], "gone");
+    cr_assert_str_eq(p.err_ctx_key[1], "sandbox_id");
+    cr_assert_str_eq(p.err_ctx_val[1], "sb-6");
     cl_proc_context(&p, "state", "archived");
-    cr_assert_str_eq(p.err_ctx_key, "state");
-    cr_assert_str_eq(p.err_ctx_val, "archived");
+    cl_proc_context(&p, "reason", "stopped");
+    cr_assert_eq(p.err_nctx, 3);
+    cr_assert_str_eq(p.err_ctx_key[2], "state");
+    cr_assert_str_eq(p.err_ctx_val[2], "archived");
+    cr_assert_str_eq(p.err_ctx_val[0], "stopped");
+    cl_proc_context(&p, "a", "1");
+    cl_proc_context(&p, "b", "2");
+    cr_assert_eq(p.err_nctx, CL_PROC_CTX_MAX);
+    cr_assert_str_eq(p.err_ctx_key[3], "a");
+    /* A new failure drops the pairs of the last one. */
+    cl_proc_fail(&p, SBX_ERROR_TIMEOUT, 0, "http_status", "504", "late");
+    cr_assert_eq(p.err_nctx, 1);
+    cr_assert_str_eq(p.err_ctx_key[0], "http_status");
+    cr_assert_str_eq(p.err_ctx_val[0], "504");
     cl_sandbox_clear(&s);
     pthread_mutex_destroy(&p.lock);
 }

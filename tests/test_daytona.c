@@ -18,7 +18,13 @@
  * the create's body: ttlMinutes max(1, ceil(lifetime / 60)) only for a
  * lifetime the caller set, autoStopInterval 15 always, memory in whole GB
  * and a memory_mb that is not a multiple of 1024 refused naming it; CASE-48
- * (this process's environment never reaches the sandbox or the provider).
+ * (this process's environment never reaches the sandbox or the provider);
+ * execute_code in each language the reference gives Daytona (python,
+ * javascript, typescript, ruby, go) and the shells, running real code;
+ * CASE-52 C (a command quiet for 12 s, run at once or streamed, is not cut,
+ * and ends at its own timeout); warm execs one after another share one TCP
+ * connection at the fake; files through the plugin (CASE-17, list_files,
+ * HOME, CASE-45, CASE-46: the tu_files_* helpers of testutil.c).
  *
  * Run by tests/daytona.sh, which starts the fake and sets DAYTONA_API_URL
  * (http://127.0.0.1:PORT/api) and DAYTONA_API_KEY. The fake's control
@@ -27,6 +33,7 @@
  */
 #include <criterion/criterion.h>
 
+#include <pthread.h>
 #include <regex.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -383,8 +390,9 @@ Test(daytona_faults, a_5xx_on_an_unsafe_call_is_never_resent)
 
 /* ------------------------------------------------------------ CASE-32 */
 
-/* Deleted behind the library's back: the next exec is not_found "gone",
- * not retryable, after one request; the one after fails at once with no
+/* Deleted behind the library's back: the next exec is not_found "gone"
+ * with the sandbox's id in its context (sandbox_id), not retryable, after
+ * one request; the one after fails at once with no
  * request; destroy succeeds without one. */
 Test(daytona_faults, case32_a_vanished_sandbox_is_gone)
 {
@@ -400,6 +408,10 @@ Test(daytona_faults, case32_a_vanished_sandbox_is_gone)
     req.shell = "echo again";
     sbx_error *err = tu_exec_fail(g_sb, &req, SBX_ERROR_NOT_FOUND);
     cr_assert_str_eq(sbx_error_get0_context(err, "reason"), "gone");
+    cr_assert_not_null(sbx_error_get0_context(err, "sandbox_id"), "no sandbox_id: %s",
+                       sbx_error_get0_message(err));
+    cr_assert_str_eq(sbx_error_get0_context(err, "sandbox_id"), sb_id());
+    cr_assert_str_eq(sbx_error_get0_backend(err), "daytona");
     cr_assert_eq(sbx_error_is_retryable(err), 0);
     char *want = tu_strdup_printf("daytona sandbox %s is gone (the provider no longer has it)",
                                   sb_id());
@@ -414,6 +426,8 @@ Test(daytona_faults, case32_a_vanished_sandbox_is_gone)
     req.shell = "echo third";
     err = tu_exec_fail(g_sb, &req, SBX_ERROR_NOT_FOUND);
     cr_assert_str_eq(sbx_error_get0_context(err, "reason"), "gone");
+    cr_assert_not_null(sbx_error_get0_context(err, "sandbox_id"));
+    cr_assert_str_eq(sbx_error_get0_context(err, "sandbox_id"), sb_id());
     sbx_error_free(err);
     err = NULL;
     cr_assert_eq(sbx_sandbox_destroy(g_sb, &err), 0);
@@ -1510,4 +1524,301 @@ Test(daytona_faults, memory_not_a_multiple_of_the_step_is_refused)
 Test(daytona_faults, case48_creator_environment_never_reaches_the_sandbox)
 {
     tu_fake_assert_env_canaries("daytona", "DAYTONA_API_KEY");
+}
+
+/* ------------------------------------------------------------ execute_code */
+
+/* The languages the reference gives execute_code on Daytona (python,
+ * javascript, typescript, ruby, go), and the shells, each running real code
+ * through the fake's toolbox: stdout and stderr apart, the exit code, stdin.
+ * A language whose interpreter the sandbox (this machine, under the fake)
+ * does not have, or whose interpreter fails its own --version (a broken
+ * install: it prints an error there), is skipped saying so; the
+ * interpreter is looked for in the sandbox with the PATH its commands get. */
+static void code_runs(const char *language, const char *interpreter, const char *code,
+                      const char *in, const char *out, const char *errout, int exit_code)
+{
+    if (interpreter) {
+        char *probe = tu_strdup_printf("command -v %s >/dev/null || exit 127; %s %s 2>&1 "
+                                       ">/dev/null | head -n 1", interpreter, interpreter,
+                                       strcmp(interpreter, "go") == 0 ? "version" : "--version");
+        sbx_result *p = tu_sh(g_sb, probe, 30);
+        free(probe);
+        int missing = sbx_result_get_exit_code(p) == 127;
+        char why[256];
+        snprintf(why, sizeof why, "%.*s", (int)strcspn(sbx_result_get0_stdout(p, NULL), "\n"),
+                 sbx_result_get0_stdout(p, NULL));
+        sbx_result_free(p);
+        if (missing)
+            cr_skip_test("%s is not installed on this machine: execute_code(\"%s\") not run",
+                         interpreter, language);
+        if (why[0])
+            cr_skip_test("%s is installed but does not run on this machine (%s): "
+                         "execute_code(\"%s\") not run", interpreter, why, language);
+    }
+    tu_fake_reset();
+    sbx_exec_request req = SBX_EXEC_REQUEST_INIT;
+    req.stdin_data = in;
+    req.stdin_len = strlen(in);
+    req.timeout_secs = 120;
+    sbx_error *err = NULL;
+    sbx_result *r = sbx_sandbox_execute_code(g_sb, language, code, &req, &err);
+    cr_assert_not_null(r, "%s: %s", language, err ? sbx_error_get0_message(err) : "");
+    tu_assert_stdout(r, out);
+    tu_assert_stderr(r, errout);
+    tu_assert_exit(r, exit_code);
+    sbx_result_free(r);
+    /* It ran through the toolbox: one command started in a session. */
+    json_object *log = tu_fake_log();
+    char *re = tu_strdup_printf("^/toolbox/%s/process/session/[^/]+/exec$", sb_id());
+    cr_assert_eq(tu_fake_count(log, "POST", re, NULL, 0), 1, "%s",
+                 json_object_to_json_string(log));
+    free(re);
+    json_object_put(log);
+}
+
+Test(daytona_faults, execute_code_python)
+{
+    code_runs(NULL, NULL,
+              "import sys\nprint(sum(range(10)), sys.stdin.read().upper())\n"
+              "print('e', file=sys.stderr)\nsys.exit(3)", "in", "45 IN\n", "e\n", 3);
+}
+
+Test(daytona_faults, execute_code_javascript)
+{
+    static const char js[] =
+        "let s = ''; process.stdin.on('data', d => s += d).on('end', () => {"
+        " console.log([1, 2, 3].map(x => x * 2).join(','), s.toUpperCase());"
+        " console.error('e'); process.exit(4); });";
+    code_runs("javascript", "node", js, "in", "2,4,6 IN\n", "e\n", 4);
+    code_runs("js", "node", "console.log(typeof require)", "", "function\n", "", 0);
+    code_runs("node", "node", "console.log(6 * 7)", "", "42\n", "", 0);
+}
+
+Test(daytona_faults, execute_code_typescript)
+{
+    code_runs("typescript", "ts-node",
+              "const n: number = 6 * 7; console.log(n, typeof require);"
+              " console.error('e'); process.exit(5);", "", "42 function\n", "e\n", 5);
+}
+
+Test(daytona_faults, execute_code_ruby)
+{
+    code_runs("ruby", "ruby", "puts [1, 2, 3].sum, STDIN.read.upcase; warn 'e'; exit 6", "in",
+              "6\nIN\n", "e\n", 6);
+}
+
+Test(daytona_faults, execute_code_go)
+{
+    static const char go[] =
+        "package main\n"
+        "import (\"fmt\"; \"io\"; \"os\"; \"strings\")\n"
+        "func main() {\n"
+        "\tb, _ := io.ReadAll(os.Stdin)\n"
+        "\tfmt.Println(6*7, strings.ToUpper(string(b)))\n"
+        "\tfmt.Fprintln(os.Stderr, \"e\")\n"
+        "\tos.Exit(7)\n"
+        "}\n";
+    code_runs("go", "go", go, "in", "42 IN\n", "e\n", 7);
+}
+
+Test(daytona_faults, execute_code_shells)
+{
+    code_runs("bash", "bash", "a=(x y); echo ${#a[@]} $(cat); echo e >&2; exit 8", "in",
+              "2 in\n", "e\n", 8);
+    code_runs("sh", NULL, "echo $((6*7)) $(cat); echo e >&2", "in", "42 in\n", "e\n", 0);
+}
+
+/* ------------------------------------------------------------ CASE-52 */
+
+/* Daytona's contract streams a command's output only as its followed logs
+ * (chunked, no keepalive frames of the provider's), and answers a command
+ * run at once only when it has ended: both requests are quiet while the
+ * command is. */
+
+typedef struct chunks {
+    char out[64];
+    size_t len;
+    int n, empty, err;
+} chunks;
+
+static void count_chunks(sbx_stream stream, const void *data, size_t len, void *ud)
+{
+    chunks *c = ud;
+    c->err += stream != SBX_STREAM_STDOUT;
+    c->n++;
+    c->empty += len == 0;
+    if (c->len + len < sizeof c->out) {
+        memcpy(c->out + c->len, data, len);
+        c->len += len;
+    }
+}
+
+/* The session exec requests (the command's starts) in the fake's log. */
+static int command_starts(void)
+{
+    json_object *log = tu_fake_log();
+    char *re = tu_strdup_printf("^/toolbox/%s/process/session/[^/]+/exec$", sb_id());
+    int n = tu_fake_count(log, "POST", re, NULL, 0);
+    free(re);
+    json_object_put(log);
+    return n;
+}
+
+/* C: a command that prints nothing for 12 s (longer than the transport's
+ * one fixed limit, the 10 s to connect) is not cut, run at once (its one
+ * request quiet for 12 s) or streamed (its followed logs quiet as long):
+ * "done\n", exit 0, after one start of the command each time. The
+ * streamed output reaches the callback as one chunk, never an empty one. */
+Test(daytona_faults, case52_a_quiet_command_is_not_cut)
+{
+    for (int stream = 0; stream < 2; stream++) {
+        tu_fake_reset();
+        chunks c = { .len = 0 };
+        sbx_exec_request req = SBX_EXEC_REQUEST_INIT;
+        req.shell = "sleep 12; echo done";
+        req.timeout_secs = 60;
+        if (stream) {
+            req.on_output = count_chunks;
+            req.user_data = &c;
+        }
+        double t0 = tu_now();
+        sbx_result *r = tu_exec(g_sb, &req);
+        double dt = tu_now() - t0;
+        tu_assert_exit(r, 0);
+        tu_assert_stdout(r, "done\n");
+        tu_assert_stderr(r, "");
+        cr_assert_eq(sbx_result_is_timed_out(r), 0);
+        sbx_result_free(r);
+        cr_assert(dt >= 12.0 && dt < 20.0, "the command took %.2f s", dt);
+        cr_assert_eq(command_starts(), 1);
+        if (stream) {
+            tu_assert_bytes("the streamed output", c.out, c.len, "done\n", 5);
+            cr_assert_eq(c.empty, 0, "%d empty chunks", c.empty);
+            cr_assert_eq(c.err, 0, "%d chunks on stderr", c.err);
+        }
+    }
+}
+
+/* C: the quiet command's bound is its own timeout: cut at 2 s (124, timed
+ * out, nothing on stdout), run at once or streamed, not run to its end
+ * (30 s); its process is gone after. (stderr is not asserted: the session's
+ * shell reports its killed child there, "Terminated".) */
+Test(daytona_faults, case52_a_quiet_command_ends_at_its_own_timeout)
+{
+    for (int stream = 0; stream < 2; stream++) {
+        chunks c = { .len = 0 };
+        sbx_exec_request req = SBX_EXEC_REQUEST_INIT;
+        req.shell = stream ? "echo $$ > /tmp/q1.pid; exec sleep 30"
+                           : "echo $$ > /tmp/q0.pid; exec sleep 30";
+        req.timeout_secs = 2;
+        if (stream) {
+            req.on_output = count_chunks;
+            req.user_data = &c;
+        }
+        double t0 = tu_now();
+        sbx_result *r = tu_exec(g_sb, &req);
+        double dt = tu_now() - t0;
+        cr_assert_eq(sbx_result_get_exit_code(r), 124);
+        cr_assert_eq(sbx_result_is_timed_out(r), 1);
+        tu_assert_stdout(r, "");
+        sbx_result_free(r);
+        cr_assert(dt >= 2.0 && dt < 8.0, "the command took %.2f s", dt);
+        cr_assert_eq(c.n - c.err, 0, "%d chunks on stdout: %.*s", c.n - c.err, (int)c.len,
+                     c.out);
+        char *check = tu_strdup_printf("kill -0 $(cat /tmp/q%d.pid) 2>/dev/null; echo $?", stream);
+        r = tu_sh(g_sb, check, 10);
+        free(check);
+        tu_assert_stdout(r, "1\n");
+        sbx_result_free(r);
+    }
+}
+
+/* ------------------------------------------------------------ connections */
+
+/* Connection reuse (the base's pool, keep-alive): five warm execs one after
+ * another take one request each (the session exec run at once), all on one
+ * TCP connection at the fake. */
+Test(daytona_faults, warm_execs_share_one_connection)
+{
+    tu_fake_assert_warm_execs_share_a_connection(g_sb, 5, 1);
+}
+
+/* ------------------------------------------------------------ files */
+
+/* Files through the plugin (the toolbox's file endpoints and the base's
+ * tar path): CASE-17, list_files, HOME, CASE-45, CASE-46 (testutil.c). */
+Test(daytona_faults, files_case17_all_byte_values_round_trip)
+{
+    tu_files_case17(g_sb);
+}
+
+Test(daytona_faults, files_list_files_gives_exact_entries)
+{
+    tu_files_list_exact(g_sb);
+}
+
+Test(daytona_faults, files_home_is_a_writable_directory)
+{
+    tu_files_home_is_writable(g_sb);
+}
+
+Test(daytona_faults, files_case45_uploads_belong_to_the_exec_user)
+{
+    tu_files_case45(g_sb);
+}
+
+Test(daytona_faults, files_case46_cwd_holds_for_every_part)
+{
+    tu_files_case46(g_sb);
+}
+
+/* ------------------------------------------------------------ CASE-32, mid-command */
+
+static void *vanish_later(void *ud)
+{
+    usleep(1000000);
+    char *path = tu_strdup_printf("/_fake/sandbox/%s/vanish", (const char *)ud);
+    tu_fake_post(path, NULL);
+    free(path);
+    return NULL;
+}
+
+/* The sandbox vanishes while a command runs (1 s into a 10 s sleep), run
+ * at once or streamed: the exec fails not_found "gone" with the sandbox's
+ * id in its context (sandbox_id), well before the command would have
+ * ended. */
+Test(daytona_faults, case32_a_sandbox_vanishing_mid_command_is_gone_with_its_id)
+{
+    for (int stream = 1; stream >= 0; stream--) {
+        sbx_sandbox *sb = stream ? tu_create(g_client, NULL) : g_sb;
+        char *id = strdup(sbx_sandbox_get0_id(sb));
+        pthread_t t;
+        cr_assert_eq(pthread_create(&t, NULL, vanish_later, id), 0);
+        chunks c = { .len = 0 };
+        sbx_exec_request req = SBX_EXEC_REQUEST_INIT;
+        req.shell = "sleep 10; echo done";
+        req.timeout_secs = 60;
+        if (stream) {
+            req.on_output = count_chunks;
+            req.user_data = &c;
+        }
+        double t0 = tu_now();
+        sbx_error *err = tu_exec_fail(sb, &req, SBX_ERROR_NOT_FOUND);
+        double dt = tu_now() - t0;
+        pthread_join(t, NULL);
+        cr_assert(dt < 8.0, "the exec failed after %.2f s", dt);
+        cr_assert_str_eq(sbx_error_get0_context(err, "reason"), "gone", "%s",
+                         sbx_error_get0_message(err));
+        const char *got = sbx_error_get0_context(err, "sandbox_id");
+        cr_assert_not_null(got, "%s: no sandbox_id: %s", stream ? "streamed" : "at once",
+                           sbx_error_get0_message(err));
+        cr_assert_str_eq(got, id);
+        sbx_error_free(err);
+        if (stream) {
+            sbx_sandbox_destroy(sb, NULL);
+            sbx_sandbox_free(sb);
+        }
+        free(id);
+    }
 }

@@ -19,7 +19,10 @@
  * app_name) are configuration errors naming the first given, before any
  * request; CASE-36 (a key the provider echoes is [redacted] in the error,
  * and never in its context, a session state or the fake's log) and CASE-48
- * (this process's environment never reaches the sandbox or the provider).
+ * (this process's environment never reaches the sandbox or the provider);
+ * warm execs one after another share one TCP connection at the fake;
+ * files through the plugin (CASE-17, list_files, HOME, CASE-45, CASE-46:
+ * the tu_files_* helpers of testutil.c).
  * The fake's test routes (/_fake/sandbox/{id}, .../vanish,
  * /_fake/keepalive) show and change the provider's side; its fault rules and
  * request log (/_fake/faults, /_fake/log) script and count requests.
@@ -31,6 +34,7 @@
 
 #include <errno.h>
 #include <json-c/json.h>
+#include <pthread.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -115,8 +119,9 @@ static sbx_sandbox *create_with_lifetime(double secs)
     return sb;
 }
 
-/* CASE-32: the provider dropped the sandbox: not_found, reason "gone", not
- * retryable, at once for the next call too; destroy succeeds. */
+/* CASE-32: the provider dropped the sandbox: not_found, reason "gone" and
+ * the sandbox's id (sandbox_id) in the context, not retryable, at once for
+ * the next call too; destroy succeeds. */
 Test(e2b, vanished_sandbox_is_gone)
 {
     g_sb = create_with_lifetime(600);
@@ -131,6 +136,10 @@ Test(e2b, vanished_sandbox_is_gone)
         req.shell = i ? "echo third" : "echo again";
         sbx_error *err = tu_exec_fail(g_sb, &req, SBX_ERROR_NOT_FOUND);
         cr_assert_str_eq(sbx_error_get0_context(err, "reason"), "gone");
+        const char *id = sbx_error_get0_context(err, "sandbox_id");
+        cr_assert_not_null(id, "no sandbox_id: %s", sbx_error_get0_message(err));
+        cr_assert_str_eq(id, sbx_sandbox_get0_id(g_sb));
+        cr_assert_str_eq(sbx_error_get0_backend(err), "e2b");
         cr_assert_eq(sbx_error_is_retryable(err), 0);
         sbx_error_free(err);
     }
@@ -865,4 +874,87 @@ Test(e2b, case36_the_credential_is_never_shown)
 Test(e2b, case48_creator_environment_never_reaches_the_sandbox)
 {
     tu_fake_assert_env_canaries("e2b", "E2B_API_KEY");
+}
+
+/* ------------------------------------------------------------ connections */
+
+/* Connection reuse (the base's pool, keep-alive): five warm execs one after
+ * another take one request each (process.Process/Start), all on one TCP
+ * connection at the fake. */
+Test(e2b, warm_execs_share_one_connection)
+{
+    g_sb = create_with_lifetime(600);
+    tu_fake_assert_warm_execs_share_a_connection(g_sb, 5, 1);
+}
+
+/* ------------------------------------------------------------ files */
+
+/* Files through the plugin (envd's file endpoints and the base's tar
+ * path): CASE-17, list_files, HOME, CASE-45, CASE-46 (testutil.c). */
+Test(e2b, files_case17_all_byte_values_round_trip)
+{
+    g_sb = create_with_lifetime(600);
+    tu_files_case17(g_sb);
+}
+
+Test(e2b, files_list_files_gives_exact_entries)
+{
+    g_sb = create_with_lifetime(600);
+    tu_files_list_exact(g_sb);
+}
+
+Test(e2b, files_home_is_a_writable_directory)
+{
+    g_sb = create_with_lifetime(600);
+    tu_files_home_is_writable(g_sb);
+}
+
+Test(e2b, files_case45_uploads_belong_to_the_exec_user)
+{
+    g_sb = create_with_lifetime(600);
+    tu_files_case45(g_sb);
+}
+
+Test(e2b, files_case46_cwd_holds_for_every_part)
+{
+    g_sb = create_with_lifetime(600);
+    tu_files_case46(g_sb);
+}
+
+static void *vanish_later(void *ud)
+{
+    usleep(1000000);
+    char *path = tu_strdup_printf("/_fake/sandbox/%s/vanish", (const char *)ud);
+    cr_assert_eq(fake_call("POST", path, NULL), 204);
+    free(path);
+    return NULL;
+}
+
+/* CASE-32 mid-command: the sandbox vanishes 1 s into a 10 s command (envd
+ * goes with it: the stream is cut without its end): the exec fails
+ * not_found "gone" with sandbox_id in its context, not a result of the
+ * killed command; its re-attach meets the proxy's 502 "The sandbox was not
+ * found" (retried, as a paused sandbox answers it too) before the sandbox
+ * is found gone, within 30 s. */
+Test(e2b, a_sandbox_vanishing_mid_command_is_gone_with_its_id)
+{
+    g_sb = create_with_lifetime(600);
+    char *id = strdup(sbx_sandbox_get0_id(g_sb));
+    pthread_t t;
+    cr_assert_eq(pthread_create(&t, NULL, vanish_later, id), 0);
+    sbx_exec_request req = SBX_EXEC_REQUEST_INIT;
+    req.shell = "sleep 10; echo done";
+    req.timeout_secs = 60;
+    double t0 = tu_now();
+    sbx_error *err = tu_exec_fail(g_sb, &req, SBX_ERROR_NOT_FOUND);
+    double dt = tu_now() - t0;
+    pthread_join(t, NULL);
+    cr_assert(dt < 30.0, "the exec failed after %.2f s", dt);
+    cr_assert_str_eq(sbx_error_get0_context(err, "reason"), "gone", "%s",
+                     sbx_error_get0_message(err));
+    const char *got = sbx_error_get0_context(err, "sandbox_id");
+    cr_assert_not_null(got, "no sandbox_id: %s", sbx_error_get0_message(err));
+    cr_assert_str_eq(got, id);
+    sbx_error_free(err);
+    free(id);
 }

@@ -1254,3 +1254,36 @@ Test(tensorlake, case48_creator_environment_never_reaches_the_sandbox)
 {
     tu_fake_assert_env_canaries("tensorlake", "TENSORLAKE_API_KEY");
 }
+
+/* Files through the plugin (the sandbox host's raw-byte file endpoints and
+ * the base's tar path): CASE-17, list_files, HOME, CASE-45, CASE-46
+ * (testutil.c). */
+Test(tensorlake, files_case17_all_byte_values_round_trip)
+{
+    g_sb = create_with(NULL);
+    tu_files_case17(g_sb);
+}
+
+Test(tensorlake, files_list_files_gives_exact_entries)
+{
+    g_sb = create_with(NULL);
+    tu_files_list_exact(g_sb);
+}
+
+Test(tensorlake, files_home_is_a_writable_directory)
+{
+    g_sb = create_with(NULL);
+    tu_files_home_is_writable(g_sb);
+}
+
+Test(tensorlake, files_case45_uploads_belong_to_the_exec_user)
+{
+    g_sb = create_with(NULL);
+    tu_files_case45(g_sb);
+}
+
+Test(tensorlake, files_case46_cwd_holds_for_every_part)
+{
+    g_sb = create_with(NULL);
+    tu_files_case46(g_sb);
+}

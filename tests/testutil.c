@@ -887,6 +887,49 @@ int tu_fake_count(struct json_object *log, const char *method, const char *re, d
     return n;
 }
 
+int tu_fake_connections(struct json_object *log)
+{
+    int seen[256], n = 0;
+    for (size_t i = 0; i < json_object_array_length(log); i++) {
+        json_object *e = json_object_array_get_idx(log, i), *cv;
+        cr_assert(json_object_object_get_ex(e, "conn", &cv), "no conn in %s",
+                  json_object_to_json_string(e));
+        int c = json_object_get_int(cv), k = 0;
+        while (k < n && seen[k] != c)
+            k++;
+        if (k == n) {
+            cr_assert_lt(n, 256);
+            seen[n++] = c;
+        }
+    }
+    return n;
+}
+
+void tu_fake_assert_warm_execs_share_a_connection(sbx_sandbox *sb, int n, int per_exec)
+{
+    sbx_result *r = tu_sh(sb, "echo warm", 30);
+    tu_assert_exit(r, 0);
+    tu_assert_stdout(r, "warm\n");
+    sbx_result_free(r);
+    cr_assert_eq(tu_fake_http("DELETE", "/_fake/log", NULL, NULL, NULL), 204);
+    for (int i = 0; i < n; i++) {
+        char cmd[32], want[32];
+        snprintf(cmd, sizeof cmd, "echo warm-%d", i);
+        snprintf(want, sizeof want, "warm-%d\n", i);
+        r = tu_sh(sb, cmd, 30);
+        tu_assert_exit(r, 0);
+        tu_assert_stdout(r, want);
+        tu_assert_stderr(r, "");
+        sbx_result_free(r);
+    }
+    struct json_object *log = tu_fake_log();
+    cr_assert_eq((int)json_object_array_length(log), n * per_exec, "%d warm execs: %s", n,
+                 json_object_to_json_string(log));
+    cr_assert_eq(tu_fake_connections(log), 1, "%d warm execs: %s", n,
+                 json_object_to_json_string(log));
+    json_object_put(log);
+}
+
 void tu_fake_assert_create_answered(sbx_client *client, const char *path_re, int status,
                                     sbx_error_code code)
 {
@@ -1212,4 +1255,298 @@ unsigned tu_free_port(void)
     cr_assert_eq(getsockname(fd, (struct sockaddr *)&a, &len), 0);
     close(fd);
     return ntohs(a.sin_port);
+}
+
+/* ------------------------------------------------------------ files */
+
+static const char case17_sha[] =
+    "fbbab289f7f94b25736c58be46a994c441fd02552cc6022352e3d86d2fab7c83";
+
+/* The whole host file @path (new, free()); its length in *@len. */
+static char *slurp_file(const char *path, size_t *len)
+{
+    int fd = open(path, O_RDONLY | O_CLOEXEC);
+    cr_assert(fd >= 0, "open %s: %s", path, strerror(errno));
+    struct stat st;
+    cr_assert_eq(fstat(fd, &st), 0);
+    char *buf = malloc((size_t)st.st_size + 1);
+    cr_assert_not_null(buf);
+    size_t got = 0;
+    while (got < (size_t)st.st_size) {
+        ssize_t n = read(fd, buf + got, (size_t)st.st_size - got);
+        cr_assert(n > 0, "read %s", path);
+        got += (size_t)n;
+    }
+    close(fd);
+    *len = got;
+    return buf;
+}
+
+/* Runs @script in @sb (30 s) and asserts exit 0 and stdout @want. */
+static void sh_expect_in(sbx_sandbox *sb, const char *script, const char *want)
+{
+    sbx_result *r = tu_sh(sb, script, 30);
+    tu_assert_stdout(r, want);
+    tu_assert_exit(r, 0);
+    sbx_result_free(r);
+}
+
+/* The commands' $HOME in @sb (new string, no newline). */
+static char *sandbox_home(sbx_sandbox *sb)
+{
+    sbx_result *r = tu_sh(sb, "printf '%s' \"$HOME\"", 30);
+    tu_assert_exit(r, 0);
+    char *h = strdup(sbx_result_get0_stdout(r, NULL));
+    sbx_result_free(r);
+    cr_assert_not_null(h);
+    return h;
+}
+
+void tu_files_case17(sbx_sandbox *sb)
+{
+    char *data = malloc(1048576), hex[65], all[256];
+    cr_assert_not_null(data);
+    for (size_t i = 0; i < 1048576; i++)
+        data[i] = (char)(i & 0xff);
+    for (int i = 0; i < 256; i++)
+        all[i] = (char)i;
+    tu_sha256_hex(data, 1048576, hex);
+    cr_assert_str_eq(hex, case17_sha);
+    sbx_error *err = NULL;
+    cr_assert_eq(sbx_sandbox_write_file(sb, "/work/bin.dat", data, 1048576, &err), 0,
+                 "write_file: %s", err ? sbx_error_get0_message(err) : "");
+    char *got = NULL;
+    size_t len = 0;
+    cr_assert_eq(sbx_sandbox_read_file(sb, "/work/bin.dat", &got, &len, &err), 0,
+                 "read_file: %s", err ? sbx_error_get0_message(err) : "");
+    cr_assert_eq(len, 1048576, "read %zu bytes", len);
+    tu_sha256_hex(got, len, hex);
+    cr_assert_str_eq(hex, case17_sha);
+    tu_assert_bytes("read_file", got, len, data, 1048576);
+    free(got);
+    char *want = tu_strdup_printf("%s  /work/bin.dat\n", case17_sha);
+    sh_expect_in(sb, "sha256sum /work/bin.dat", want);
+    free(want);
+
+    /* A host tree through upload_dir and back through download_dir. */
+    char *up = tu_mkdtemp("sbx-files-up"), *down = tu_mkdtemp("sbx-files-down");
+    char *p = tu_strdup_printf("%s/all.bin", up);
+    tu_write_file(p, all, 256, 0644);
+    free(p);
+    p = tu_strdup_printf("%s/big.bin", up);
+    tu_write_file(p, data, 1048576, 0644);
+    free(p);
+    p = tu_strdup_printf("%s/sub", up);
+    cr_assert_eq(mkdir(p, 0755), 0);
+    free(p);
+    p = tu_strdup_printf("%s/sub/empty", up);
+    tu_write_file(p, "", 0, 0644);
+    free(p);
+    cr_assert_eq(sbx_sandbox_upload_dir(sb, up, "/work/up", &err), 4, "upload_dir: %s",
+                 err ? sbx_error_get0_message(err) : "");
+    char all_hex[65];
+    tu_sha256_hex(all, 256, all_hex);
+    want = tu_strdup_printf("%s  /work/up/all.bin\n%s  /work/up/big.bin\n"
+                            "e3b0c44298fc1c149afbf4c8996fb92427ae41e4649b934ca495991b7852b855"
+                            "  /work/up/sub/empty\n", all_hex, case17_sha);
+    sh_expect_in(sb, "sha256sum /work/up/all.bin /work/up/big.bin /work/up/sub/empty", want);
+    free(want);
+    char *dst = tu_strdup_printf("%s/back", down);
+    cr_assert_eq(sbx_sandbox_download_dir(sb, "/work/up", dst, &err), 4, "download_dir: %s",
+                 err ? sbx_error_get0_message(err) : "");
+    static const char *const names[] = { "all.bin", "big.bin", "sub/empty" };
+    const char *const wants[] = { all, data, "" };
+    const size_t lens[] = { 256, 1048576, 0 };
+    for (int i = 0; i < 3; i++) {
+        p = tu_strdup_printf("%s/%s", dst, names[i]);
+        got = slurp_file(p, &len);
+        tu_assert_bytes(names[i], got, len, wants[i], lens[i]);
+        free(got);
+        free(p);
+    }
+    cr_assert_eq(tu_count_entries(dst), 3);
+    free(dst);
+    tu_rmtree(up);
+    tu_rmtree(down);
+    free(up);
+    free(down);
+    free(data);
+}
+
+void tu_files_list_exact(sbx_sandbox *sb)
+{
+    sbx_error *err = NULL;
+    cr_assert_eq(sbx_sandbox_write_file(sb, "/work/ls/b.txt", "bb", 2, &err), 0);
+    cr_assert_eq(sbx_sandbox_write_file(sb, "/work/ls/a.txt", "a", 1, &err), 0);
+    cr_assert_eq(sbx_sandbox_write_file(sb, "/work/ls/d/x", "xyz", 3, &err), 0);
+    sbx_file_info **list = NULL;
+    size_t n = 0;
+    cr_assert_eq(sbx_sandbox_list_files(sb, "/work/ls", &list, &n, &err), 0, "list_files: %s",
+                 err ? sbx_error_get0_message(err) : "");
+    cr_assert_eq(n, 3, "%zu entries", n);
+    static const char *const names[] = { "a.txt", "b.txt", "d" };
+    static const char *const paths[] = { "/work/ls/a.txt", "/work/ls/b.txt", "/work/ls/d" };
+    for (size_t i = 0; i < 3; i++) {
+        cr_assert_str_eq(sbx_file_info_get0_name(list[i]), names[i]);
+        cr_assert_str_eq(sbx_file_info_get0_path(list[i]), paths[i]);
+        cr_assert_eq(sbx_file_info_is_dir(list[i]), i == 2, "%s", names[i]);
+        if (i < 2)
+            cr_assert_eq(sbx_file_info_get_size(list[i]), (int64_t)(i + 1), "%s: %lld",
+                         names[i], (long long)sbx_file_info_get_size(list[i]));
+    }
+    sbx_file_info_list_free(list, n);
+    /* An empty directory lists nothing; a missing one is not_found. */
+    sh_expect_in(sb, "mkdir -p /work/ls/empty && echo ok", "ok\n");
+    cr_assert_eq(sbx_sandbox_list_files(sb, "/work/ls/empty", &list, &n, &err), 0);
+    cr_assert_eq(n, 0);
+    sbx_file_info_list_free(list, n);
+    cr_assert_eq(sbx_sandbox_list_files(sb, "/work/ls/nope", &list, &n, &err), -1);
+    tu_assert_error(err, SBX_ERROR_NOT_FOUND, NULL);
+    cr_assert_str_eq(sbx_error_get0_context(err, "path"), "/work/ls/nope");
+    cr_assert_null(list);
+    cr_assert_eq(n, 0);
+    sbx_error_free(err);
+    /* A missing directory says nothing of the sandbox: it works on. */
+    sh_expect_in(sb, "echo alive", "alive\n");
+}
+
+void tu_files_home_is_writable(sbx_sandbox *sb)
+{
+    char *home = sandbox_home(sb);
+    cr_assert(home[0] == '/' && strcmp(home, "/") != 0, "HOME=\"%s\"", home);
+    sh_expect_in(sb, "cd \"$HOME\" && [ -d . ] && [ -w . ] && echo probe > .sbx-home-probe && "
+                     "cat .sbx-home-probe && rm .sbx-home-probe && "
+                     "[ \"$(pwd -P)\" = \"$(cd \"$HOME\" && pwd -P)\" ] && echo ok",
+                 "probe\nok\n");
+    char *f = tu_strdup_printf("%s/.sbx-home-file", home);
+    sbx_error *err = NULL;
+    cr_assert_eq(sbx_sandbox_write_file(sb, f, "home\n", 5, &err), 0, "write_file %s: %s", f,
+                 err ? sbx_error_get0_message(err) : "");
+    sh_expect_in(sb, "cat \"$HOME/.sbx-home-file\" && rm \"$HOME/.sbx-home-file\" && echo gone",
+                 "home\ngone\n");
+    free(f);
+    free(home);
+}
+
+void tu_files_case45(sbx_sandbox *sb)
+{
+    if (geteuid() != 0)
+        cr_skip_test("CASE-45 gives a host tree an owner the sandbox lacks (chown 4242): "
+                     "needs root, this process is uid %d", (int)geteuid());
+    sbx_result *r = tu_sh(sb, "printf '%s:%s\\n' \"$(id -u)\" \"$(id -g)\"; "
+                              "stat -c '%u:%g %a' \"$HOME\"", 30);
+    tu_assert_exit(r, 0);
+    char ug[64] = "", before[128] = "";
+    cr_assert_eq(sscanf(sbx_result_get0_stdout(r, NULL), "%63[^\n]\n%127[^\n]", ug, before), 2);
+    sbx_result_free(r);
+    char *home = sandbox_home(sb);
+
+    /* P: u.txt, proj/a.txt, proj/sub/b.txt, all owned by 4242:4242. */
+    char *P = tu_mkdtemp("sbx-case45"), *Q = tu_mkdtemp("sbx-case45-q");
+    static const char *const made[] = { "", "/u.txt", "/proj", "/proj/a.txt", "/proj/sub",
+                                        "/proj/sub/b.txt" };
+    for (size_t i = 0; i < sizeof made / sizeof made[0]; i++) {
+        char *p = tu_strdup_printf("%s%s", P, made[i]);
+        if (strstr(made[i], ".txt")) {
+            char c = strstr(made[i], "u.txt") ? 'u' : strstr(made[i], "a.txt") ? 'a' : 'b';
+            char body[2] = { c, '\n' };
+            tu_write_file(p, body, 2, 0644);
+        } else if (made[i][0]) {
+            cr_assert_eq(mkdir(p, 0755), 0);
+        }
+        cr_assert_eq(lchown(p, 4242, 4242), 0, "chown %s", p);
+        free(p);
+    }
+    sbx_error *err = NULL;
+    char *w = tu_strdup_printf("%s/w.txt", home), *u = tu_strdup_printf("%s/u.txt", home);
+    char *pu = tu_strdup_printf("%s/u.txt", P), *pp = tu_strdup_printf("%s/proj", P);
+    char *hp = tu_strdup_printf("%s/proj", home), *x = tu_strdup_printf("%s/newdir/deep/x.txt", home);
+    cr_assert_eq(sbx_sandbox_write_file(sb, w, "w\n", 2, &err), 0, "write_file: %s",
+                 err ? sbx_error_get0_message(err) : "");
+    cr_assert_eq(sbx_sandbox_upload_file(sb, pu, u, &err), 0, "upload_file: %s",
+                 err ? sbx_error_get0_message(err) : "");
+    cr_assert_eq(sbx_sandbox_upload_dir(sb, pp, hp, &err), 3, "upload_dir: %s",
+                 err ? sbx_error_get0_message(err) : "");
+    cr_assert_eq(sbx_sandbox_write_file(sb, x, "x\n", 2, &err), 0);
+    cr_assert_eq(sbx_sandbox_upload_dir(sb, pp, home, &err), 3, "upload_dir into $HOME: %s",
+                 err ? sbx_error_get0_message(err) : "");
+
+    char uid[32];
+    snprintf(uid, sizeof uid, "%.*s", (int)strcspn(ug, ":"), ug);
+    char *want = tu_strdup_printf(
+        "%s\n%s w.txt\n%s u.txt\n%s proj\n%s proj/a.txt\n%s proj/sub\n%s proj/sub/b.txt\n"
+        "%s newdir\n%s newdir/deep\n%s newdir/deep/x.txt\n%s .\nappend-ok\ncreate-ok\nrm-ok\n",
+        uid, ug, ug, ug, ug, ug, ug, ug, ug, ug, ug);
+    sh_expect_in(sb, "id -u; cd \"$HOME\" && stat -c '%u:%g %n' w.txt u.txt proj proj/a.txt "
+                     "proj/sub proj/sub/b.txt newdir newdir/deep newdir/deep/x.txt .; "
+                     "echo more >> u.txt && echo append-ok; touch proj/sub/new && "
+                     "echo create-ok; rm newdir/deep/x.txt && echo rm-ok", want);
+    free(want);
+    /* Step 5 left $HOME itself as it was. */
+    want = tu_strdup_printf("%s\n", before);
+    sh_expect_in(sb, "stat -c '%u:%g %a' \"$HOME\"", want);
+    free(want);
+    /* Step 7: what download_dir makes is this process's. */
+    char *q = tu_strdup_printf("%s/proj", Q);
+    cr_assert_eq(sbx_sandbox_download_dir(sb, hp, q, &err), 4, "download_dir: %s",
+                 err ? sbx_error_get0_message(err) : "");
+    static const char *const got[] = { "", "/a.txt", "/sub", "/sub/b.txt", "/sub/new" };
+    for (size_t i = 0; i < sizeof got / sizeof got[0]; i++) {
+        char *p = tu_strdup_printf("%s%s", q, got[i]);
+        struct stat st;
+        cr_assert_eq(lstat(p, &st), 0, "%s", p);
+        cr_assert_eq(st.st_uid, geteuid(), "%s: uid %d", p, (int)st.st_uid);
+        cr_assert_eq(st.st_gid, getegid(), "%s: gid %d", p, (int)st.st_gid);
+        free(p);
+    }
+    free(q);
+    tu_rmtree(P);
+    tu_rmtree(Q);
+    free(P);
+    free(Q);
+    free(w);
+    free(u);
+    free(pu);
+    free(pp);
+    free(hp);
+    free(x);
+    free(home);
+}
+
+void tu_files_case46(sbx_sandbox *sb)
+{
+    sh_expect_in(sb, "mkdir -p /work/p/sub && rm -f /tmp/sbx-m1 /tmp/sbx-m2 && echo ok", "ok\n");
+    static const struct {
+        const char *cmd, *out;
+        int exit_code;
+    } c[] = {
+        { "true & wait; pwd", "/work/p\n", 0 },
+        { "sleep 0 &\npwd", "/work/p\n", 0 },
+        { "pwd # trailing comment", "/work/p\n", 0 },
+        { "pwd; sleep 0 &", "/work/p\n", 0 },
+        { "cat <<EOF\nhi\nEOF", "hi\n", 0 },
+        { "cd sub && pwd", "/work/p/sub\n", 0 },
+        { "pwd; exit 7", "/work/p\n", 7 },
+    };
+    for (size_t i = 0; i < sizeof c / sizeof c[0]; i++) {
+        sbx_exec_request req = SBX_EXEC_REQUEST_INIT;
+        req.shell = c[i].cmd;
+        req.cwd = "/work/p";
+        req.timeout_secs = 30;
+        sbx_result *r = tu_exec(sb, &req);
+        cr_assert_eq(sbx_result_get_exit_code(r), c[i].exit_code, "C%zu: exit %d", i + 1,
+                     sbx_result_get_exit_code(r));
+        tu_assert_stdout(r, c[i].out);
+        sbx_result_free(r);
+    }
+    /* C8: a missing directory: not_found naming it, and no part ran. */
+    sbx_exec_request req = SBX_EXEC_REQUEST_INIT;
+    req.shell = "true & touch /tmp/sbx-m1; touch /tmp/sbx-m2";
+    req.cwd = "/work/missing";
+    req.timeout_secs = 30;
+    sbx_error *err = tu_exec_fail(sb, &req, SBX_ERROR_NOT_FOUND);
+    tu_assert_error(err, SBX_ERROR_NOT_FOUND, "/work/missing", NULL);
+    sbx_error_free(err);
+    sh_expect_in(sb, "sleep 0.5; for m in 1 2; do test -e /tmp/sbx-m$m && echo m$m; done; "
+                     "echo none", "none\n");
 }

@@ -161,6 +161,42 @@ const char *tu_json_str(struct json_object *o, const char *key);
  * of them go to @t (may be NULL). */
 int tu_fake_count(struct json_object *log, const char *method, const char *re, double *t,
                   size_t tmax);
+/* Files through a hosted backend's plugin, for the suites of the backends
+ * whose fakes run real sandboxes (e2b, daytona, tensorlake); each asserts
+ * exact values on @sb:
+ * - tu_files_case17: CASE-17: 1 MiB of the byte values 0x00..0xFF
+ *   repeated, written and read back byte-exact (its sha256 in the sandbox
+ *   too), and a host tree (a file of the 256 byte values, the 1 MiB file,
+ *   an empty file in a subdirectory) through upload_dir and download_dir,
+ *   4 entries each way, byte-exact;
+ * - tu_files_list_exact: list_files of a directory of two files and a
+ *   subdirectory: exactly three entries, sorted, with name, path, kind and
+ *   size; a missing directory is not_found naming it, and the sandbox works
+ *   on;
+ * - tu_files_home_is_writable: $HOME is an absolute directory other than
+ *   /, writable by the commands' user and through write_file;
+ * - tu_files_case45: CASE-45: what write_file, upload_file and upload_dir
+ *   make in $HOME (from a host tree owned by 4242:4242) belongs to the
+ *   commands' user, who can append, create and remove there; $HOME keeps
+ *   its owner and mode; download_dir gives files of this process's user
+ *   (needs root here for the chown; skipped saying so otherwise);
+ * - tu_files_case46: CASE-46: the working directory holds for every part
+ *   of a command list (C1..C7), and a missing one is not_found before any
+ *   part runs (C8). */
+void tu_files_case17(sbx_sandbox *sb);
+void tu_files_list_exact(sbx_sandbox *sb);
+void tu_files_home_is_writable(sbx_sandbox *sb);
+void tu_files_case45(sbx_sandbox *sb);
+void tu_files_case46(sbx_sandbox *sb);
+
+/* How many TCP connections the requests of @log came on (the distinct
+ * "conn" numbers the fake gives its entries). */
+int tu_fake_connections(struct json_object *log);
+/* Connection reuse at the fake: one exec on @sb to warm it, the fake's log
+ * emptied, then @n warm execs one after another ("echo warm-I", each
+ * asserted): the fake logged exactly @n * @per_exec requests, all on one
+ * connection. */
+void tu_fake_assert_warm_execs_share_a_connection(sbx_sandbox *sb, int n, int per_exec);
 /* Empties the fake's log, makes it answer @status to every POST whose path
  * matches @path_re, and asserts that a create on @client fails with @code
  * and a message holding "(HTTP @status)", after exactly one such POST (the

@@ -1606,11 +1606,12 @@ static int rm_exec_wait(sbx_plugin_process *process, const sbx_call_ctx *ctx, in
     rm_proc *p = (rm_proc *)(void *)process;
     int rc = cl_proc_wait(&p->sp.base, timeout_ms, exit_code, "exec_wait", error);
     if (rc < 0 && error && *error && p->fail_ctx) {
-        /* The worker's error came through cl_proc with one context pair:
-         * the rest of it (http_status, remote_code, upstream_backend ...). */
+        /* The worker's error came through cl_proc with its http_status (and
+         * reason and sandbox_id when the sandbox is gone): the rest of it
+         * (remote_code, upstream_backend ...). */
         for (int i = 0; i < p->fail_ctx->n; i++)
             if (strcmp(p->fail_ctx->key[i], "reason") != 0
-                || !p->sp.base.err_ctx_key[0])
+                || p->sp.base.err_nctx == 0)
                 cl_context(*error, p->fail_ctx->key[i], p->fail_ctx->value[i]);
     }
     if (rc == 1 && *exit_code == CL_CWD_MISSING_EXIT && p->cwd) {

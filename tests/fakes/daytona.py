@@ -100,7 +100,10 @@ Control routes (no auth; not logged):
   POST /_fake/sandbox/{id}/state {"state": "stopped"|"archived"|"error"|
        "starting", "errorReason": "...", "after": s}: the provider changes the
        state ("starting": becomes "started" after `after` seconds)
-  POST /_fake/sandbox/{id}/vanish: the sandbox is gone (404 from then on)
+  POST /_fake/sandbox/{id}/vanish: the sandbox is gone (404 from then on); a
+       command running in it is killed, and its session exec or followed
+       logs are cut without an answer (the daemon dies with its sandbox),
+       as when the sandbox is stopped or deleted
   POST /_fake/sandbox/{id}/no_perl: the sandbox's image has no perl: its
        commands' PATH becomes one directory, NO_PERL_BIN, holding links to
        every command of the usual PATH but perl and perl*
@@ -791,7 +794,7 @@ class DaytonaHandler(fakehttp.Handler):
                 if c is None:
                     raise Reply(404, None, {"x-message": "command %s not found" % m.group(3)})
                 if m.group(4):
-                    return self.logs(c, q1(query, "follow") == "true")
+                    return self.logs(sb, c, q1(query, "follow") == "true")
                 return self.send_json(200, {"id": c.id, "command": c.command,
                                             "exitCode": c.exit_code})
         if path == "/process/pty" or path.startswith("/process/pty/"):
@@ -1092,6 +1095,12 @@ class DaytonaHandler(fakehttp.Handler):
             threading.Thread(target=finish, daemon=True).start()
             return self.send_json(202, {"cmdId": c.id})
         finish()
+        if sb.state != "started":
+            # The sandbox was stopped or deleted while the command ran: the
+            # daemon that held this request died with it (the command was
+            # killed with it), so no answer comes; the connection is cut.
+            self.close_connection = True
+            return
         out = b"".join(d for (pr, d) in c.chunks if pr == STDOUT_PREFIX)
         err = b"".join(d for (pr, d) in c.chunks if pr == STDERR_PREFIX)
         both = b"".join(d for (_pr, d) in c.chunks)
@@ -1107,7 +1116,7 @@ class DaytonaHandler(fakehttp.Handler):
                              "stderr": go_text(err),
                              "output": go_text(both)})
 
-    def logs(self, c, follow):
+    def logs(self, sb, c, follow):
         if not follow:
             with c.cond:
                 data = b"".join(pr + d for (pr, d) in c.chunks)
@@ -1131,6 +1140,11 @@ class DaytonaHandler(fakehttp.Handler):
             self.wfile.flush()
             if ended:
                 break
+        if sb.state != "started":
+            # Stopped or deleted while the command ran: the daemon died
+            # with its sandbox, the stream is cut without its last chunk.
+            self.close_connection = True
+            return
         self.wfile.write(b"0\r\n\r\n")
 
 

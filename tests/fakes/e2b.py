@@ -662,11 +662,11 @@ class E2BHandler(fakehttp.Handler):
     def stream_head(self):
         self.send_response(200)
         self.send_header("Content-Type", "application/connect+json")
+        # Chunked, the connection kept alive after the stream's last chunk,
+        # as envd's HTTP server (Go's net/http) does for a Connect stream.
         self.send_header("Transfer-Encoding", "chunked")
-        self.send_header("Connection", "close")     # it is closed after the stream
         self.end_headers()
         self._status = 200
-        self.close_connection = True
 
     def stream(self, p, sent, interval, deadline, owner):
         """The stream of process @p from its event @sent on: the start event,
@@ -712,6 +712,12 @@ class E2BHandler(fakehttp.Handler):
                 with f.lock:
                     f.keepalives += 1
                 last = time.time()
+        if not sb_box.running():
+            # The sandbox was killed or paused under the command: envd,
+            # which held this stream, went with it; the stream is cut
+            # without its end (and the connection with it).
+            self.close_connection = True
+            return
         if timed_out:
             self.chunk(envelope(2, {"error": {"code": "deadline_exceeded",
                                               "message": "the operation timed out"}}))

@@ -12,7 +12,9 @@
   true when a fault rule answered). The entry is listed as the request
   arrives; its status is set as the answer starts (before the client can
   read it), its body and body_len as the body is read (before any answer)
-  and again once the answer is finished. The credential is never in it: the
+  and again once the answer is finished; "conn" numbers the TCP connection
+  it came on (from 1, in the order the fake accepted them, control routes'
+  connections too), so a test can count the connections requests took. The credential is never in it: the
   Authorization header is recorded as "Bearer <redacted>" (in "auth" and in
   "headers"; X-API-Key, X-Access-Token, Cookie and any header holding the
   fake's key as "<redacted>"), so a test can search the log for a secret. GET /_fake/log
@@ -111,6 +113,7 @@ class Fake:
         self.sandboxes = {}
         self.dir = None
         self.log_file = None
+        self.connections = 0    # accepted so far (Handler.setup)
         path = os.environ.get("SBX_FAKE_LOG")
         if path:
             self.log_file = open(path, "a", encoding="utf-8")
@@ -248,6 +251,13 @@ class Handler(BaseHTTPRequestHandler):
 
     def log_message(self, fmt, *args):  # quiet: the request log is the record
         pass
+
+    def setup(self):
+        # One handler per accepted connection: its number, for the log.
+        super().setup()
+        with self.fake.lock:
+            self.fake.connections += 1
+            self.conn = self.fake.connections
 
     def send_response(self, code, message=None):
         """Puts @code in the request's log entry before the answer can reach
@@ -408,6 +418,7 @@ class Handler(BaseHTTPRequestHandler):
             "headers": {k: self.redact_header(k, v) for k, v in self.headers.items()},
             "content_type": self.headers.get("Content-Type"),
             "time": time.time(),
+            "conn": self.conn,
             "status": None,     # set as the answer starts (None: not yet)
         }
         self._entry = None

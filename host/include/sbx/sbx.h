@@ -1535,7 +1535,14 @@ SBX_EXPORT sbx_result *sbx_sandbox_execute_shell(sbx_sandbox *sandbox,
 /**
  * sbx_sandbox_execute_code:
  * Runs @code in @language: "python" (default when NULL; python3, falling
- * back to python, as the reference does), "bash", "sh", "node"/"javascript".
+ * back to python, as the reference does), "bash", "sh", "node"/"javascript",
+ * and the languages the reference adds on Daytona: "typescript"/"ts"
+ * (ts-node, with the CommonJS module option Daytona's code toolbox gives
+ * it), "ruby" (ruby -e) and "go" (the code written to a main.go of its own
+ * temporary directory under $TMPDIR, or /tmp, built with `go build` and
+ * run, so the exit code is the program's; the directory is removed after).
+ * These run on any backend whose image has the interpreter; a missing one
+ * is a result with exit code 127, as for any program not found.
  * @request may be NULL; when given, its argv and shell must be NULL and its
  * other fields apply. Errors: as execute_command, plus invalid_argument for
  * an unknown language. A syntax error is a result with a non-zero exit code

@@ -728,6 +728,9 @@ double cl_http_backoff(cl_http *h, int k);
 typedef struct cl_proc cl_proc;
 typedef int (*cl_proc_run_fn)(cl_proc *p);
 
+/* The context pairs a command's failure can carry to exec_wait. */
+#define CL_PROC_CTX_MAX 4
+
 struct cl_proc {
     cl_proc_run_fn run;
     void *ud;                   /* the plugin's */
@@ -744,7 +747,8 @@ struct cl_proc {
     char err_msg[2048];         /* cl_proc_fail's error, handed to exec_wait */
     sbx_error_code err_code;
     int err_unknown;
-    char err_ctx_key[32], err_ctx_val[512];
+    int err_nctx;               /* the failure's context pairs, in order */
+    char err_ctx_key[CL_PROC_CTX_MAX][32], err_ctx_val[CL_PROC_CTX_MAX][512];
 };
 
 /** Starts @p (its run and ud set by the caller) on its thread with dup()s
@@ -756,8 +760,9 @@ int cl_proc_start(cl_proc *p, int stdout_fd, int stderr_fd, const char *op, sbx_
  *  nothing. Called on the worker thread. */
 int cl_proc_output(cl_proc *p, int stream, const void *data, size_t n);
 /** Records the command's failure (on the worker thread, before @run returns
- *  -1); exec_wait hands it out. @ctx_key/@ctx_val: one context pair or
- *  NULL. */
+ *  -1); exec_wait hands it out. @ctx_key/@ctx_val: its first context pair
+ *  or NULL (the pairs of an earlier failure are dropped); more are added
+ *  with cl_proc_context(). */
 void cl_proc_fail(cl_proc *p, sbx_error_code code, int unknown, const char *ctx_key,
                   const char *ctx_val, const char *fmt, ...)
     __attribute__((format(printf, 6, 7)));

@@ -111,8 +111,12 @@ void cl_proc_fail(cl_proc *p, sbx_error_code code, int unknown, const char *ctx_
     va_end(ap);
     p->err_code = code;
     p->err_unknown = unknown;
-    snprintf(p->err_ctx_key, sizeof(p->err_ctx_key), "%s", ctx_key ? ctx_key : "");
-    snprintf(p->err_ctx_val, sizeof(p->err_ctx_val), "%s", ctx_val ? ctx_val : "");
+    p->err_nctx = 0;
+    if (ctx_key && ctx_val) {
+        snprintf(p->err_ctx_key[0], sizeof(p->err_ctx_key[0]), "%s", ctx_key);
+        snprintf(p->err_ctx_val[0], sizeof(p->err_ctx_val[0]), "%s", ctx_val);
+        p->err_nctx = 1;
+    }
     pthread_mutex_unlock(&p->lock);
 }
 
@@ -144,8 +148,8 @@ int cl_proc_wait(cl_proc *p, int timeout_ms, int *exit_code, const char *op, sbx
         pthread_mutex_lock(&p->lock);
         sbx_error *e = cl_fail(error, p->err_code ? p->err_code : SBX_ERROR_EXECUTION_FAILED, op,
                                "%s", p->err_msg[0] ? p->err_msg : "the command's stream failed");
-        if (p->err_ctx_key[0])
-            cl_context(e, p->err_ctx_key, p->err_ctx_val);
+        for (int i = 0; i < p->err_nctx; i++)
+            cl_context(e, p->err_ctx_key[i], p->err_ctx_val[i]);
         if (p->err_unknown)
             cl_outcome_unknown(e);
         pthread_mutex_unlock(&p->lock);

@@ -1694,16 +1694,30 @@ void cl_script_exec_free(sbx_plugin_process *process)
 void cl_proc_context(cl_proc *p, const char *key, const char *value)
 {
     pthread_mutex_lock(&p->lock);
-    snprintf(p->err_ctx_key, sizeof p->err_ctx_key, "%s", key);
-    snprintf(p->err_ctx_val, sizeof p->err_ctx_val, "%s", value);
+    int i = 0;
+    while (i < p->err_nctx && strcmp(p->err_ctx_key[i], key) != 0)
+        i++;
+    if (i < CL_PROC_CTX_MAX) {
+        snprintf(p->err_ctx_key[i], sizeof p->err_ctx_key[i], "%s", key);
+        snprintf(p->err_ctx_val[i], sizeof p->err_ctx_val[i], "%s", value);
+        if (i == p->err_nctx)
+            p->err_nctx++;
+    }
     pthread_mutex_unlock(&p->lock);
+}
+
+void cl_proc_gone(cl_proc *p, const char *id)
+{
+    cl_proc_context(p, "reason", "gone");
+    if (id)
+        cl_proc_context(p, "sandbox_id", id);
 }
 
 void cl_proc_fail_in(cl_proc *p, cl_sandbox *s)
 {
     cl_proc_fail_last(p);
     if (cl_gone_get(&s->gone))
-        cl_proc_context(p, "reason", "gone");
+        cl_proc_gone(p, s->id);
 }
 
 int cl_exec_wait_script(sbx_plugin_process *process, sbx_plugin_sandbox *sb,

@@ -1559,13 +1559,23 @@ int cl_exec_launch(cl_proc *p, cl_proc_run_fn run, void *ud, int made,
                    const sbx_plugin_exec_request *rq, int *stdin_fd, const char *op,
                    sbx_error **error);
 
-/** Sets the one context pair (@key=@value, both copied, cut to fit) of
- *  @p's failure, which exec_wait hands out: on the worker thread, after
- *  cl_proc_fail() or cl_proc_fail_last(). */
+/** Sets a context pair (@key=@value, both copied, cut to fit) of @p's
+ *  failure, which exec_wait hands out: the value of a pair with that key
+ *  is replaced, else the pair is added (up to CL_PROC_CTX_MAX pairs; past
+ *  that it is dropped). On the worker thread, after cl_proc_fail() or
+ *  cl_proc_fail_last(). */
 void cl_proc_context(cl_proc *p, const char *key, const char *value);
 
-/** cl_proc_fail_last(), with context reason=gone when sandbox @s is gone
- *  (its flag set by the call that failed). On the worker thread. */
+/** The context of a gone sandbox on @p's failure, as cl_gone_error() gives
+ *  it: reason=gone and sandbox_id=@id (NULL: no id). The gone error made
+ *  on the worker thread reaches exec_wait through cl_proc_fail_last(),
+ *  which keeps its code and message but not its context. On the worker
+ *  thread, after cl_proc_fail_last(). */
+void cl_proc_gone(cl_proc *p, const char *id);
+
+/** cl_proc_fail_last(), with cl_proc_gone()'s context (reason=gone and
+ *  sandbox_id) when sandbox @s is gone (its flag set by the call that
+ *  failed). On the worker thread. */
 void cl_proc_fail_in(cl_proc *p, cl_sandbox *s);
 
 /**

@@ -346,8 +346,9 @@ static int dt_session_lost(cl_http *h, const cl_resp *r)
  * says the sandbox is not started (the first request did not reach a
  * running sandbox, so it cannot have acted; a streamed body is sent again
  * only when @rewind puts its source back at its start); a 404 marks the
- * sandbox gone, unless it is about a file or a session (dt_session_lost:
- * then @r keeps the 404). Returns 0 with a 2xx answer in @r, -1 otherwise
+ * sandbox gone, unless it is about a file or a directory (a call on the
+ * toolbox's /files endpoints, or one whose @rq->what names a file) or a
+ * session (dt_session_lost: then @r keeps the 404). Returns 0 with a 2xx answer in @r, -1 otherwise
  * (error stored).
  */
 static int dt_toolbox_rw(struct sbx_plugin_sandbox *sb, const sbx_call_ctx *ctx, cl_req *rq,
@@ -379,7 +380,7 @@ static int dt_toolbox_rw(struct sbx_plugin_sandbox *sb, const sbx_call_ctx *ctx,
             continue;
         }
         if (r->status == 404 && rq->what && strstr(rq->what, "file") == NULL
-            && !dt_session_lost(sb->s.c->cl.http, r)) {
+            && strncmp(path, "/files", 6) != 0 && !dt_session_lost(sb->s.c->cl.http, r)) {
             dt_fail_gone(sb, error, op);
             break;
         }
@@ -1368,6 +1369,35 @@ static int dt_exec_answer(dt_proc *p, json_object *j, int *code)
 }
 
 /*
+ * After a request of a command's failed with its connection cut (no HTTP
+ * status), which says nothing of why: the sandbox may have been deleted
+ * or stopped under the command (the daemon that held the request dies
+ * with it). Its state is read: gone (404) makes @base's failure the gone
+ * error (reason=gone, sandbox_id; its outcome unknown when the cut one's
+ * was: the command ran for a while); a state other than "started" is added
+ * to the failure's context as "state" (CASE-53: it says stopped).
+ */
+static void dt_exec_cut(struct sbx_plugin_sandbox *sb, cl_proc *base, const char *op)
+{
+    const cl_last_error *l = cl_last();
+    if (l->code != SBX_ERROR_CONNECTION || l->http_status != 0 || dt_is_gone(sb) || !sb->s.c)
+        return;
+    int unknown = l->unknown;
+    sbx_call_ctx c2 = { sizeof(c2), cl_now() + 30, -1, NULL };
+    long status = 0;
+    json_object *v = dt_get(sb->s.c, &c2, sb->s.id, &status, op, NULL);
+    if (!v && status == 404) {
+        dt_fail_gone(sb, NULL, op);
+        if (unknown)
+            cl_outcome_unknown(NULL);
+        cl_proc_fail_last(base);
+    } else if (v && strcmp(dt_state(v), "started") != 0) {
+        cl_proc_context(base, "state", dt_state(v));
+    }
+    json_object_put(v);
+}
+
+/*
  * The command's worker: its stdin uploaded (when given), then
  * POST /process/session/{sid}/exec {"command", "runAsync": true} in an
  * idle session of the handle's (or a new one), the logs followed to the
@@ -1516,6 +1546,7 @@ fail:
     cl_proc_fail_last(base);
     if (dt_wake_state[0])
         cl_proc_context(base, "state", dt_wake_state);
+    dt_exec_cut(sb, base, op);
     code = -1;
     if (stdin_path && !dt_is_gone(sb)) {
         /* The command may not have run to remove its stdin file. */
@@ -1534,7 +1565,7 @@ out:
         free(s);
     }
     if (code < 0 && dt_is_gone(sb))
-        cl_proc_context(base, "reason", "gone");
+        cl_proc_gone(base, sb->s.id);
     json_object_put(j);
     json_object_put(eb);
     free(stdin_path);
