@@ -14,7 +14,9 @@
  *    the one before returned from destroy (a loop over one client with
  *    nothing between: its create waits for the fill that destroy's answer
  *    started, the hand-over of the warm supervisor the client's spawner
- *    kept ready, while the spawner makes the next one);
+ *    kept ready, while the spawner makes the next one; on bubblewrap it
+ *    takes the second of the client's two warm sandboxes while the fill
+ *    makes another);
  *  - create-only, exec-only (the execute_code on the fresh sandbox) and
  *    destroy-only times of the cycle, per mode, the exec's against raw;
  *  - destroy with 1,000 other live processes on the host (children of this

@@ -360,14 +360,17 @@ Test(bubblewrap, a_create_destroy_loop_killed_leaves_no_directory)
     }
 }
 
-/* The client's warm sandbox (bwrap.c): made ahead after a create of the
- * plain configuration, in @dir as .sbx-spare-XXXXXX. Waits (at most 5 s)
- * until there is exactly one and its init runs (a process whose command
- * line names "--spare=sbx-bwrap-XXXXXX"); returns its six characters. */
-static char *wait_warm_sandbox(const char *dir)
+/* The client's warm sandboxes (bwrap.c): made ahead after a create of
+ * the plain configuration, two of them, in @dir as .sbx-spare-XXXXXX.
+ * Waits (at most 5 s) until there are exactly two and the init of each
+ * runs (a process whose command line names "--spare=sbx-bwrap-XXXXXX");
+ * puts their six characters in @names, the older first (made one after
+ * the other, the older's directory was last modified first). */
+static void wait_warm_sandboxes(const char *dir, char *names[2])
 {
-    char found[64] = "";
-    for (double end = tu_now() + 5.0; tu_now() < end; usleep(20000)) {
+    char found[2][64] = { "", "" };
+    int ok = 0;
+    for (double end = tu_now() + 5.0; !ok && tu_now() < end; usleep(20000)) {
         char *cmd = tu_strdup_printf("ls -a %s | grep '^\\.sbx-spare-' | tr '\\n' ' '", dir);
         FILE *p = popen(cmd, "r");
         cr_assert_not_null(p);
@@ -376,22 +379,46 @@ static char *wait_warm_sandbox(const char *dir)
             line[0] = '\0';
         pclose(p);
         free(cmd);
-        char name[64];
+        char a[64], b[64];
         int n = 0;
-        if (sscanf(line, ".sbx-spare-%63s %n", name, &n) != 1 || line[n] != '\0'
-            || strlen(name) != 6)
+        if (sscanf(line, ".sbx-spare-%63s .sbx-spare-%63s %n", a, b, &n) != 2
+            || line[n] != '\0' || strlen(a) != 6 || strlen(b) != 6)
             continue;
-        char *needle = tu_strdup_printf("spare=sbx-bwrap-%s", name);
-        pid_t pids[4];
-        size_t k = tu_procs_mentioning(needle, pids, 4);
-        free(needle);
-        if (k > 0) {
-            snprintf(found, sizeof found, "%s", name);
-            break;
+        ok = 1;
+        const char *ab[2] = { a, b };
+        for (int i = 0; i < 2 && ok; i++) {
+            char *needle = tu_strdup_printf("spare=sbx-bwrap-%s", ab[i]);
+            pid_t pids[4];
+            ok = tu_procs_mentioning(needle, pids, 4) > 0;
+            free(needle);
         }
+        struct stat st[2];
+        for (int i = 0; i < 2 && ok; i++) {
+            char *path = tu_strdup_printf("%s/.sbx-spare-%s", dir, ab[i]);
+            ok = stat(path, &st[i]) == 0;
+            free(path);
+        }
+        if (!ok)
+            continue;
+        int later = st[0].st_mtim.tv_sec > st[1].st_mtim.tv_sec
+                    || (st[0].st_mtim.tv_sec == st[1].st_mtim.tv_sec
+                        && st[0].st_mtim.tv_nsec > st[1].st_mtim.tv_nsec);
+        snprintf(found[0], sizeof found[0], "%s", later ? b : a);
+        snprintf(found[1], sizeof found[1], "%s", later ? a : b);
     }
-    cr_assert(found[0], "no warm sandbox came up in %s", dir);
-    return tu_strdup_printf("%s", found);
+    cr_assert(ok, "no two warm sandboxes came up in %s", dir);
+    names[0] = tu_strdup_printf("%s", found[0]);
+    names[1] = tu_strdup_printf("%s", found[1]);
+}
+
+/* The older of the two warm sandboxes wait_warm_sandboxes() finds: the
+ * one the next plain create takes. */
+static char *wait_warm_sandbox(const char *dir)
+{
+    char *names[2];
+    wait_warm_sandboxes(dir, names);
+    free(names[1]);
+    return names[0];
 }
 
 /* 1 when a mount table of any process (/proc/PID/mountinfo) names @s. */
@@ -489,9 +516,59 @@ Test(bubblewrap, a_configured_create_leaves_the_warm_sandbox)
     free(spare);
 }
 
+/* A loop that creates right after each destroy on one client: the two
+ * warm sandboxes made ahead are taken in the order they were made, the
+ * second by a create right after the first's destroy (the fill that
+ * destroy let start still running); then the client makes two again and
+ * the next create takes the older. client_free leaves nothing of the two
+ * still waiting. */
+Test(bubblewrap, creates_in_a_row_take_the_warm_sandboxes_oldest_first)
+{
+    g_sb = tu_create(g_client, NULL);
+    cr_assert_eq(sbx_sandbox_destroy(g_sb, NULL), 0);
+    sbx_sandbox_free(g_sb);
+    g_sb = NULL;
+    char *names[2];
+    for (int round = 0; round < 2; round++) {
+        wait_warm_sandboxes(g_tmp, names);
+        int rounds = round == 0 ? 2 : 1;
+        for (int i = 0; i < rounds; i++) {
+            char *id = tu_strdup_printf("sbx-bwrap-%s", names[i]);
+            char *spare = tu_strdup_printf("%s/.sbx-spare-%s", g_tmp, names[i]);
+            g_sb = tu_create(g_client, NULL);
+            cr_assert_str_eq(sbx_sandbox_get0_id(g_sb), id, "round %d, create %d", round, i);
+            cr_assert(!tu_exists(spare), "%s is still there", spare);
+            expect(g_sb, "echo hi", 0, "hi\n");
+            cr_assert_eq(sbx_sandbox_destroy(g_sb, NULL), 0);
+            sbx_sandbox_free(g_sb);
+            g_sb = NULL;
+            free(id);
+            free(spare);
+        }
+        free(names[0]);
+        free(names[1]);
+    }
+    /* The two made for the last create wait; client_free removes them. */
+    wait_warm_sandboxes(g_tmp, names);
+    sbx_client_free(g_client);
+    g_client = NULL;
+    for (int i = 0; i < 2; i++) {
+        char *spare = tu_strdup_printf("%s/.sbx-spare-%s", g_tmp, names[i]);
+        cr_assert(!tu_exists(spare), "%s is still there after client_free", spare);
+        char *needle = tu_strdup_printf("spare=sbx-bwrap-%s", names[i]);
+        pid_t pids[4];
+        size_t n = tu_wait_procs_gone(needle, pids, 4, 5.0);
+        cr_assert_eq(n, 0, "a process of %s survived: %s", spare,
+                     n ? tu_proc_describe(pids[0]) : "");
+        free(needle);
+        free(spare);
+        free(names[i]);
+    }
+}
+
 /* A client's process SIGKILLed (in process, and its plugin host's
- * application out of process) with a warm sandbox ready: within 5 s no
- * directory, process or mount of it is left. */
+ * application out of process) with its two warm sandboxes ready: within
+ * 5 s no directory, process or mount of either is left. */
 Test(bubblewrap, a_killed_client_leaves_no_warm_sandbox)
 {
     const char *modes[] = { "inprocess", "outofprocess" };
@@ -519,33 +596,43 @@ Test(bubblewrap, a_killed_client_leaves_no_warm_sandbox)
         char x;
         cr_assert_eq(read(pp[0], &x, 1), 1, "%s: the child failed", modes[m]);
         close(pp[0]);
-        char *name = wait_warm_sandbox(g_tmp);
-        char *spare = tu_strdup_printf("%s/.sbx-spare-%s", g_tmp, name);
-        char *sname = tu_strdup_printf(".sbx-spare-%s", name);
-        char *id = tu_strdup_printf("sbx-bwrap-%s", name);
-        cr_assert(mounts_name(sname), "%s: no mount of %s seen while it runs", modes[m], sname);
+        char *names[2];
+        wait_warm_sandboxes(g_tmp, names);
+        char *spare[2], *sname[2], *id[2];
+        for (int i = 0; i < 2; i++) {
+            spare[i] = tu_strdup_printf("%s/.sbx-spare-%s", g_tmp, names[i]);
+            sname[i] = tu_strdup_printf(".sbx-spare-%s", names[i]);
+            id[i] = tu_strdup_printf("sbx-bwrap-%s", names[i]);
+            cr_assert(mounts_name(sname[i]), "%s: no mount of %s seen while it runs", modes[m],
+                      sname[i]);
+        }
         kill(pid, SIGKILL);
         int st = 0;
         cr_assert_eq(waitpid(pid, &st, 0), pid);
         double end = tu_now() + 5.0;
-        while ((tu_exists(spare) || mounts_name(sname)) && tu_now() < end)
-            usleep(20000);
-        cr_assert(!tu_exists(spare), "%s: %s is still there", modes[m], spare);
-        cr_assert(!mounts_name(sname), "%s: a mount of %s is left", modes[m], sname);
+        for (int i = 0; i < 2; i++) {
+            while ((tu_exists(spare[i]) || mounts_name(sname[i])) && tu_now() < end)
+                usleep(20000);
+            cr_assert(!tu_exists(spare[i]), "%s: %s is still there", modes[m], spare[i]);
+            cr_assert(!mounts_name(sname[i]), "%s: a mount of %s is left", modes[m], sname[i]);
+            pid_t pids[4];
+            double left = end - tu_now();
+            size_t n = tu_wait_procs_gone(id[i], pids, 4, left > 0 ? left : 0);
+            cr_assert_eq(n, 0, "%s: a process of %s survived: %s", modes[m], spare[i],
+                         n ? tu_proc_describe(pids[0]) : "");
+        }
         pid_t pids[4];
-        double left = end - tu_now();
-        size_t n = tu_wait_procs_gone(id, pids, 4, left > 0 ? left : 0);
-        cr_assert_eq(n, 0, "%s: a process of %s survived: %s", modes[m], spare,
-                     n ? tu_proc_describe(pids[0]) : "");
-        n = tu_wait_procs_gone(g_tmp, pids, 4, 0);
+        size_t n = tu_wait_procs_gone(g_tmp, pids, 4, 0);
         cr_assert_eq(n, 0, "%s: a process names %s: %s", modes[m], g_tmp,
                      n ? tu_proc_describe(pids[0]) : "");
         cr_assert_eq(tu_count_entries(g_tmp), 0, "%s: %d entries left in %s", modes[m],
                      tu_count_entries(g_tmp), g_tmp);
-        free(name);
-        free(spare);
-        free(sname);
-        free(id);
+        for (int i = 0; i < 2; i++) {
+            free(names[i]);
+            free(spare[i]);
+            free(sname[i]);
+            free(id[i]);
+        }
     }
 }
 

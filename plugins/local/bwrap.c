@@ -46,8 +46,9 @@
  *
  * A warm sandbox (local.c, bw_spare_make): after a create of the plain
  * configuration (no image, limits, user, root_dir, workdir or
- * backend_options, the host's network), the client starts the next one
- * ahead with this same command line (SBX_LOCAL_WARM=0: never), META being
+ * backend_options, the host's network), the client starts the next ones
+ * ahead (two ready at most, the oldest taken first) with this same
+ * command line (SBX_LOCAL_WARM=0: never), META being
  * BASE/.sbx-spare-XXXXXX, its socket bound and its init waiting for
  * CONFIG (`--init --spare=ID`); the next plain create renames META to
  * the sandbox's (ID, sbx-bwrap-XXXXXX) and hands the socket over with

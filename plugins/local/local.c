@@ -192,10 +192,10 @@ static const sbx_host_services *host;
  * sandbox's destroy has its answer (opened as destroy began, the fill took
  * the CPU and the temporary directory from the supervisor ending the
  * sandbox) or at its free, at the
- * client's next create (which then waits for the fill, as for one on its
- * way) or client_free, and at the latest WARM_DEFER_SECS after the
- * create. Shared, by
- * reference count, by the client, the fill thread and the sandbox;
+ * client's next create that finds no spare ready (which then waits for
+ * the fill, as for one on its way) or client_free, and at the latest
+ * WARM_DEFER_SECS after the create. Shared, by reference count, by the
+ * client's request (fill_req), the fill thread and the sandbox;
  * thread-safe.
  */
 typedef struct fill_gate {
@@ -297,28 +297,50 @@ typedef struct warm_sup {
                                  * and an O_PATH descriptor of its file (they
                                  * go with CONFIG) */
     char *bwrap;                /* the bwrap program it runs */
+    char *exe;                  /* the supervisor program it runs, and the */
+    char *base;                 /* directory its directory is in */
 } warm_sup;
+
+/* Spares a client keeps ready or on their way at most. bubblewrap: two,
+ * so that a loop creating right after each destroy on one client takes a
+ * ready one every time (the one made for the create before it is still on
+ * its way then, its fill gated until that create's destroy). Plain local:
+ * one, its spawner keeping the second (spawner_fork). */
+#ifdef SBX_LOCAL_BUBBLEWRAP
+#define SPARES_MAX 2
+#else
+#define SPARES_MAX 1
+#endif
+
+/* A spare asked for by a create: what it is to run, and the gate its fill
+ * waits at (a reference). */
+typedef struct fill_req {
+    char *exe;
+    char *base;
+    fill_gate *gate;
+} fill_req;
 
 struct sbx_plugin_client {
     pthread_mutex_t lock;
     int userns_ok;              /* bubblewrap: the user namespace check passed */
-    /* The warm supervisor, under lock: */
-    warm_sup warm;              /* warm.ctl -1: none */
-    char *warm_exe;             /* the program it runs */
-    char *warm_base;            /* the directory its directory is in */
-    int filling;                /* a thread is starting one */
+    /* The warm supervisors (spares), under lock: */
+    warm_sup warm[SPARES_MAX];  /* ready, oldest first */
+    int n_warm;
+    fill_req reqs[SPARES_MAX];  /* asked for, not begun, oldest first */
+    int n_reqs;
+    fill_gate *wait_gate;       /* the gate the filling thread waits at */
+    int making;                 /* the filling thread took one of reqs (at
+                                 * its gate or making it) */
+    int filling;                /* the filling thread runs */
     int fill_late;              /* bubblewrap: and its bwrap runs already */
     int fill_joinable;          /* fill_thread is to be joined */
     int closing;                /* client_free began: start no more */
     pthread_t fill_thread;
-    pthread_cond_t filled;      /* signalled when filling goes back to 0 */
+    pthread_cond_t filled;      /* signalled when one is made or given up */
     /* The warm spawner, which forks the warm supervisors; used by the
      * filling thread only (and by client_free once that is joined): */
     int spawner_ctl;            /* its control socket; -1 none */
     char *spawner_exe;          /* the program it runs */
-    fill_gate *gate;            /* under lock: the gate of the last fill
-                                 * started (a reference; NULL none) */
-    fill_gate *fill_gate;       /* the filling thread's own reference */
 };
 
 struct sbx_plugin_process {
@@ -1952,6 +1974,8 @@ static void warm_drop(warm_sup *w, int now)
         proto_rm_tree(w->dir);
     free(w->dir);
     free(w->bwrap);
+    free(w->exe);
+    free(w->base);
     *w = (warm_sup){ .ctl = -1, .dirfd = -1 };
 }
 
@@ -2143,6 +2167,15 @@ static int warm_check(int ctl, const char *base, warm_sup *w, const bound *bd)
  * exits, bwrap with it, and the keeper removes META); a spare left with
  * neither (its keeper killed too) is removed by the next client's sweep or
  * `sbx gc` (proto_sweep_trash: nothing listens on its socket).
+ *
+ * A client keeps two (SPARES_MAX): each plain create takes the oldest
+ * ready one and asks for as many as make two again, made one after the
+ * other once that create's sandbox is destroyed (its gate). With one, a
+ * create right after the destroy before it found the fill that destroy
+ * let start still running, and started cold: every other create of such a
+ * loop was cold. With two, the second is taken then while the first is
+ * made. Each has its own launcher, keeper and control socket, and ends as
+ * one alone does.
  */
 static void sandbox_free_fields(struct sbx_plugin_sandbox *sb);
 
@@ -2249,95 +2282,123 @@ out:
 }
 #endif
 
+/** Frees request @r's fields (its reference to the gate dropped). */
+static void fill_req_free(fill_req *r)
+{
+    gate_unref(r->gate);
+    free(r->exe);
+    free(r->base);
+    *r = (fill_req){ 0 };
+}
+
 #if LOCAL_SPARES
+/* The filling thread: makes the spares asked for, one at a time, oldest
+ * first, each once its gate opened (at most WARM_DEFER_SECS after its
+ * create), until none is left or the client closes. */
 static void *warm_fill(void *arg)
 {
     struct sbx_plugin_client *c = arg;
     pthread_mutex_lock(&c->lock);
-    char *exe = c->warm_exe, *base = c->warm_base;
-    c->warm_exe = NULL;
-    c->warm_base = NULL;
-    pthread_mutex_unlock(&c->lock);
+    while (c->n_reqs > 0 && !c->closing) {
+        fill_req r = c->reqs[0];
+        c->n_reqs--;
+        memmove(&c->reqs[0], &c->reqs[1], (size_t)c->n_reqs * sizeof(c->reqs[0]));
+        c->reqs[c->n_reqs] = (fill_req){ 0 };
+        c->wait_gate = r.gate;
+        c->making = 1;
+        pthread_mutex_unlock(&c->lock);
 
-    gate_wait(c->fill_gate, WARM_DEFER_SECS);
-    gate_unref(c->fill_gate);
-    c->fill_gate = NULL;
-    pthread_mutex_lock(&c->lock);
-    int closing = c->closing;
-    pthread_mutex_unlock(&c->lock);
-    warm_sup w = { .ctl = -1, .dirfd = -1 };
+        gate_wait(r.gate, WARM_DEFER_SECS);
+        pthread_mutex_lock(&c->lock);
+        c->wait_gate = NULL;
+        int closing = c->closing;
+        pthread_mutex_unlock(&c->lock);
+        warm_sup w = { .ctl = -1, .dirfd = -1 };
+        if (!closing) {
 #ifdef SBX_LOCAL_BUBBLEWRAP
-    if (exe && base && !closing)
-        bw_spare_make(c, exe, base, &w);
+            bw_spare_make(c, r.exe, r.base, &w);
 #else
-    bound bd = make_bound(NULL, HANDSHAKE_SECS);
-    int ctl = exe && base && !closing ? spawner_fork(c, exe, base, &bd) : -1;
-    if (ctl >= 0)
-        warm_check(ctl, base, &w, &bd);
+            bound bd = make_bound(NULL, HANDSHAKE_SECS);
+            int ctl = spawner_fork(c, r.exe, r.base, &bd);
+            if (ctl >= 0)
+                warm_check(ctl, r.base, &w, &bd);
 #endif
+        }
 
-    pthread_mutex_lock(&c->lock);
-    if (w.ctl >= 0 && !c->closing && c->warm.ctl < 0) {
-        c->warm = w;
-        c->warm_exe = exe;
-        c->warm_base = base;
-        w = (warm_sup){ .ctl = -1, .dirfd = -1 };
-        exe = NULL;
-        base = NULL;
+        pthread_mutex_lock(&c->lock);
+        if (w.ctl >= 0 && !c->closing && c->n_warm < SPARES_MAX) {
+            w.exe = r.exe;
+            w.base = r.base;
+            r.exe = r.base = NULL;
+            c->warm[c->n_warm++] = w;
+            w = (warm_sup){ .ctl = -1, .dirfd = -1 };
+        }
+        c->making = 0;
+        c->fill_late = 0;
+        pthread_cond_broadcast(&c->filled);
+        pthread_mutex_unlock(&c->lock);
+        warm_drop(&w, 1);
+        fill_req_free(&r);
+        pthread_mutex_lock(&c->lock);
     }
     c->filling = 0;
-    c->fill_late = 0;
     pthread_cond_broadcast(&c->filled);
     pthread_mutex_unlock(&c->lock);
-    warm_drop(&w, 1);
-    free(exe);
-    free(base);
     return NULL;
 }
 #endif
 
-/** Takes the client's warm supervisor into *@w when it runs @exe and its
- *  directory is in @base, and it is still there (else w->ctl is -1; one
- *  that does not fit is let go). */
+/** Takes the client's oldest warm supervisor into *@w when it runs @exe
+ *  and its directory is in @base, and it is still there (else w->ctl is
+ *  -1; those that do not fit are let go). */
 static void warm_take(struct sbx_plugin_client *c, const char *exe, const char *base,
                       warm_sup *w)
 {
     *w = (warm_sup){ .ctl = -1, .dirfd = -1 };
 #if LOCAL_SPARES
-    warm_sup stale = { .ctl = -1, .dirfd = -1 };
+    warm_sup stale[SPARES_MAX];
+    int n_stale = 0;
     pthread_mutex_lock(&c->lock);
-    /* One on its way is further along than a cold start: wait for it
-     * (bounded), its gate open. (bubblewrap: only once its bwrap runs,
-     * its HELLO all that is left; before, a warm sandbox on its way has
-     * as much left to do as a cold start: the create starts cold, and the
-     * next one takes it.) */
-    gate_open(c->gate);
+    if (c->n_warm == 0) {
+        /* None ready. One on its way is further along than a cold start:
+         * wait for it (bounded), the gates of those asked for open.
+         * (bubblewrap: only once its bwrap runs, its HELLO all that is
+         * left; before, a warm sandbox on its way has as much left to do
+         * as a cold start: the create starts cold, and the next one takes
+         * it.) */
+        gate_open(c->wait_gate);
+        for (int i = 0; i < c->n_reqs; i++)
+            gate_open(c->reqs[i].gate);
 #ifdef SBX_LOCAL_BUBBLEWRAP
-#define FILL_WAITED (c->filling && c->fill_late)
+#define FILL_WAITED (c->making && c->fill_late)
 #else
 #define FILL_WAITED (c->filling)
 #endif
-    struct timespec until;
-    clock_gettime(CLOCK_REALTIME, &until);
-    until.tv_sec += (time_t)WARM_WAIT_SECS;
-    while (FILL_WAITED && !c->closing
-           && pthread_cond_timedwait(&c->filled, &c->lock, &until) == 0)
-        ;
+        struct timespec until;
+        clock_gettime(CLOCK_REALTIME, &until);
+        until.tv_sec += (time_t)WARM_WAIT_SECS;
+        while (c->n_warm == 0 && FILL_WAITED && !c->closing
+               && pthread_cond_timedwait(&c->filled, &c->lock, &until) == 0)
+            ;
 #undef FILL_WAITED
-    if (c->warm.ctl >= 0 && !c->filling) {
-        if (c->warm_exe && strcmp(c->warm_exe, exe) == 0 && c->warm_base
-            && strcmp(c->warm_base, base) == 0)
-            *w = c->warm;
-        else
-            stale = c->warm;
-        c->warm = (warm_sup){ .ctl = -1, .dirfd = -1 };
-        free(c->warm_exe);
-        c->warm_exe = NULL;
-        free(c->warm_base);
-        c->warm_base = NULL;
+    }
+    while (c->n_warm > 0 && w->ctl < 0) {
+        warm_sup s = c->warm[0];
+        c->n_warm--;
+        memmove(&c->warm[0], &c->warm[1], (size_t)c->n_warm * sizeof(c->warm[0]));
+        c->warm[c->n_warm] = (warm_sup){ .ctl = -1, .dirfd = -1 };
+        if (s.exe && strcmp(s.exe, exe) == 0 && s.base && strcmp(s.base, base) == 0) {
+            free(s.exe);
+            free(s.base);
+            s.exe = s.base = NULL;
+            *w = s;
+        } else {
+            stale[n_stale++] = s;
+        }
     }
     pthread_mutex_unlock(&c->lock);
-    warm_drop(&stale, 1);
+    for (int i = 0; i < n_stale; i++)
+        warm_drop(&stale[i], 1);
     /* Gone meanwhile (its end of the socket closed): not taken. */
     struct pollfd pf = { .fd = w->ctl, .events = POLLIN };
     if (w->ctl >= 0 && poll(&pf, 1, 0) != 0)
@@ -2349,11 +2410,11 @@ static void warm_take(struct sbx_plugin_client *c, const char *exe, const char *
 #endif
 }
 
-/** Starts the next warm supervisor of @exe, its directory in @base, in the
- *  background, unless one
- *  is there or on its way; it waits at a gate (fill_gate) first. Returns a
- *  reference to that gate for the sandbox just created (NULL when no fill
- *  started). */
+/** Asks for warm supervisors of @exe, their directories in @base, made
+ *  in the background by the filling thread, until SPARES_MAX are there or
+ *  on their way; their fills wait at one gate first. Returns a reference
+ *  to that gate for the sandbox just created (NULL when none was asked
+ *  for). */
 static fill_gate *warm_refill(struct sbx_plugin_client *c, const char *exe, const char *base)
 {
 #if LOCAL_SPARES
@@ -2363,38 +2424,36 @@ static fill_gate *warm_refill(struct sbx_plugin_client *c, const char *exe, cons
     fill_gate *mine = NULL;
     if (knob && strcmp(knob, "0") == 0)
         return NULL;
+    fill_gate *g = gate_new();
+    if (!g)
+        return NULL;
     pthread_mutex_lock(&c->lock);
-    if (!c->closing && !c->filling && c->warm.ctl < 0) {
-        if (c->fill_joinable) {
-            /* It finished (filling is 0): the join does not wait. */
-            pthread_join(c->fill_thread, NULL);
-            c->fill_joinable = 0;
+    while (!c->closing && c->n_warm + c->n_reqs + c->making < SPARES_MAX) {
+        fill_req r = { strdup(exe), strdup(base), gate_ref(g) };
+        int ok = r.exe && r.base;
+        if (ok && !c->filling) {
+            if (c->fill_joinable) {
+                /* It finished (filling is 0): the join does not wait. */
+                pthread_join(c->fill_thread, NULL);
+                c->fill_joinable = 0;
+            }
+            ok = pthread_create(&c->fill_thread, NULL, warm_fill, c) == 0;
+            if (ok) {
+                c->filling = 1;
+                c->fill_joinable = 1;
+            }
         }
-        free(c->warm_exe);
-        c->warm_exe = strdup(exe);
-        free(c->warm_base);
-        c->warm_base = strdup(base);
-        fill_gate *g = gate_new();
-        c->fill_gate = gate_ref(g);
-        if (c->warm_exe && c->warm_base
-            && pthread_create(&c->fill_thread, NULL, warm_fill, c) == 0) {
-            c->filling = 1;
-            c->fill_joinable = 1;
-            gate_unref(c->gate);
-            c->gate = gate_ref(g);
-            mine = g;
-            g = NULL;
-        } else {
-            free(c->warm_exe);
-            c->warm_exe = NULL;
-            free(c->warm_base);
-            c->warm_base = NULL;
-            gate_unref(c->fill_gate);
-            c->fill_gate = NULL;
+        if (!ok) {
+            fill_req_free(&r);
+            break;
         }
-        gate_unref(g);
+        /* The thread takes it once this unlocks. */
+        c->reqs[c->n_reqs++] = r;
+        if (!mine)
+            mine = gate_ref(g);
     }
     pthread_mutex_unlock(&c->lock);
+    gate_unref(g);
     return mine;
 #else
     (void)c;
@@ -2436,7 +2495,8 @@ static int local_client_new(const char *config_json, sbx_plugin_client **client,
     }
     pthread_mutex_init(&c->lock, NULL);
     pthread_cond_init(&c->filled, NULL);
-    c->warm = (warm_sup){ .ctl = -1, .dirfd = -1 };
+    for (int i = 0; i < SPARES_MAX; i++)
+        c->warm[i] = (warm_sup){ .ctl = -1, .dirfd = -1 };
     c->spawner_ctl = -1;
     /* Trash that lost its supervisor and keeper (both killed while they
      * removed it after DESTROY; proto.h), and spares that lost their
@@ -2456,19 +2516,22 @@ static void local_client_free(sbx_plugin_client *client)
     pthread_mutex_lock(&client->lock);
     client->closing = 1;
     int joinable = client->fill_joinable;
-    gate_open(client->gate);
+    gate_open(client->wait_gate);
+    for (int i = 0; i < client->n_reqs; i++)
+        gate_open(client->reqs[i].gate);
     pthread_mutex_unlock(&client->lock);
     if (joinable)
         pthread_join(client->fill_thread, NULL);
-    /* Its end of the socket closed, the warm supervisor exits; its
+    /* Those asked for and not begun (the thread leaves them at closing). */
+    for (int i = 0; i < client->n_reqs; i++)
+        fill_req_free(&client->reqs[i]);
+    /* Its end of the socket closed, a warm supervisor exits; its
      * directory goes now (its keeper would remove it a moment later). */
-    warm_drop(&client->warm, 1);
-    free(client->warm_exe);
-    free(client->warm_base);
+    for (int i = 0; i < client->n_warm; i++)
+        warm_drop(&client->warm[i], 1);
 #if LOCAL_WARM
     spawner_close(client);
 #endif
-    gate_unref(client->gate);
     pthread_cond_destroy(&client->filled);
     pthread_mutex_destroy(&client->lock);
     free(client);
