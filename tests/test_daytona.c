@@ -84,67 +84,26 @@ static const char *sb_id(void)
 
 /* ------------------------------------------------------------ CASE-19 */
 
-/* A 429 on a read waits the Retry-After it names, then the read is sent
- * again and succeeds: two GETs, at least 1 s apart as the fake saw them. */
+/* A 429 on is_alive's read, GET /api/sandbox/{id} (testutil.c). With
+ * Retry-After: 2 twice, the read waits what it names each time, then is
+ * sent again and succeeds: three GETs, each at least 2 s after the one
+ * before as the fake saw them. */
 Test(daytona_faults, case19_429_with_retry_after_is_honoured)
 {
-    char *rule = tu_strdup_printf("{\"method\":\"GET\",\"path\":\"^/api/sandbox/%s$\","
-                                  "\"status\":429,\"retry_after\":\"1\"}", sb_id());
-    tu_fake_post("/_fake/faults", rule);
-    free(rule);
-    sbx_error *err = NULL;
-    cr_assert_eq(sbx_sandbox_is_alive(g_sb, &err), 1, "is_alive: %s",
-                 err ? sbx_error_get0_message(err) : "");
-    json_object *log = tu_fake_log();
-    char *re = tu_strdup_printf("/api/sandbox/%s", sb_id());
-    double t[2] = { 0, 0 };
-    cr_assert_eq(tu_fake_count(log, "GET", re, t, 2), 2);
-    cr_assert(t[1] - t[0] >= 1.0, "the retry came %.3f s after the 429", t[1] - t[0]);
-    free(re);
-    json_object_put(log);
+    tu_fake_assert_retry_after_seconds_waited(g_sb, "/api/sandbox/");
 }
 
 /* Without Retry-After the first backoff is at least 0.5 s (no tight loop). */
 Test(daytona_faults, case19_429_without_retry_after_backs_off)
 {
-    char *rule = tu_strdup_printf("{\"method\":\"GET\",\"path\":\"^/api/sandbox/%s$\","
-                                  "\"status\":429}", sb_id());
-    tu_fake_post("/_fake/faults", rule);
-    free(rule);
-    cr_assert_eq(sbx_sandbox_is_alive(g_sb, NULL), 1);
-    json_object *log = tu_fake_log();
-    char *re = tu_strdup_printf("/api/sandbox/%s", sb_id());
-    double t[2] = { 0, 0 };
-    cr_assert_eq(tu_fake_count(log, "GET", re, t, 2), 2);
-    cr_assert(t[1] - t[0] >= 0.5, "the retry came %.3f s after the 429", t[1] - t[0]);
-    free(re);
-    json_object_put(log);
+    tu_fake_assert_backoff_without_retry_after(g_sb, "/api/sandbox/");
 }
 
 /* A Retry-After past the wait cap (60 s) fails at once: rate_limited,
  * retryable, retry_after_s in the context, one request. */
 Test(daytona_faults, case19_429_with_an_hour_is_rate_limited_at_once)
 {
-    char *rule = tu_strdup_printf("{\"method\":\"GET\",\"path\":\"^/api/sandbox/%s$\","
-                                  "\"status\":429,\"retry_after\":\"3600\"}", sb_id());
-    tu_fake_post("/_fake/faults", rule);
-    free(rule);
-    sbx_error *err = NULL;
-    double t0 = tu_now();
-    cr_assert_eq(sbx_sandbox_is_alive(g_sb, &err), -1);
-    cr_assert(tu_now() - t0 < 30.0, "it waited");
-    cr_assert_eq(sbx_error_get_code(err), SBX_ERROR_RATE_LIMITED);
-    cr_assert_eq(sbx_error_is_retryable(err), 1);
-    cr_assert_str_eq(sbx_error_get0_backend(err), "daytona");
-    cr_assert_str_eq(sbx_error_get0_op(err), "is_alive");
-    const char *ra = sbx_error_get0_context(err, "retry_after_s");
-    cr_assert(ra && atof(ra) == 3600.0, "retry_after_s: %s", ra ? ra : "(none)");
-    sbx_error_free(err);
-    json_object *log = tu_fake_log();
-    char *re = tu_strdup_printf("/api/sandbox/%s", sb_id());
-    cr_assert_eq(tu_fake_count(log, "GET", re, NULL, 0), 1);
-    free(re);
-    json_object_put(log);
+    tu_fake_assert_retry_after_past_the_cap_rate_limited("daytona", g_sb, "/api/sandbox/");
 }
 
 /* CASE-19 A-E on the create (POST /api/sandbox), whose 429s are re-sent
@@ -1033,45 +992,11 @@ Test(daytona_faults, a_freed_handle_deletes_its_session)
 
 /* The provider echoes the credential in its 401: the error the library
  * gives holds no trace of it; neither do the session state nor the fake's
- * log (where the header reads "Bearer <redacted>"). */
+ * log (where the header reads "Bearer <redacted>"; testutil.c). */
 Test(daytona_faults, case36_the_credential_is_never_shown)
 {
-    const char *key = getenv("DAYTONA_API_KEY");
-    cr_assert(key && strlen(key) >= 8);
-    char *rule = tu_strdup_printf("{\"method\":\"POST\",\"path\":\"^/api/sandbox$\",\"status\":401,"
-                                  "\"body\":{\"statusCode\":401,\"message\":\"invalid key %s\"}}",
-                                  key);
-    tu_fake_post("/_fake/faults", rule);
-    free(rule);
-    sbx_error *err = NULL;
-    cr_assert_null(sbx_sandbox_create(g_client, NULL, &err));
-    cr_assert_eq(sbx_error_get_code(err), SBX_ERROR_AUTHENTICATION, "%s",
-                 sbx_error_get0_message(err));
-    cr_assert_str_eq(sbx_error_get0_message(err),
-                     "create the sandbox: invalid key [redacted] (HTTP 401)");
-    char *s = sbx_error_to_string(err);
-    cr_assert(strstr(s, key) == NULL, "the error shows the key: %s", s);
-    for (size_t i = 0; i < sbx_error_get_context_count(err); i++) {
-        const char *k, *v;
-        cr_assert_eq(sbx_error_get0_context_at(err, i, &k, &v), 0);
-        cr_assert(strstr(v, key) == NULL, "context %s shows the key", k);
-    }
-    free(s);
-    sbx_error_free(err);
-    char *state = sbx_sandbox_session_state(g_sb, &err);
-    cr_assert_not_null(state);
-    cr_assert(strstr(state, key) == NULL, "the session state holds the key: %s", state);
-    free(state);
-    sbx_result *r = tu_sh(g_sb, "echo fine", 10);
-    tu_assert_stdout(r, "fine\n");
-    sbx_result_free(r);
-    json_object *log = tu_fake_log();
-    const char *text = json_object_to_json_string(log);
-    cr_assert(strstr(text, key) == NULL, "the fake's log holds the key");
-    cr_assert(json_object_array_length(log) >= 2);
-    json_object *first = json_object_array_get_idx(log, 0);
-    cr_assert_str_eq(tu_json_str(first, "auth"), "Bearer <redacted>");
-    json_object_put(log);
+    tu_fake_assert_credential_scrubbed("daytona", "DAYTONA_API_KEY", g_client, g_sb,
+                                       "/api/sandbox", "Authorization");
 }
 
 /* ------------------------------------------------------------ CASE-20 */

@@ -1118,84 +1118,36 @@ Test(tensorlake, case53_a_suspended_sandbox_is_resumed_by_start)
 
 /* ------------------------------------------------------------ CASE-19 */
 
-/* Answers is_alive's read, GET /sandboxes/{id}, 429 @times times, the rule
- * ending with @extra (",\"retry_after\":..." or ""). A fresh sandbox and an
- * empty log first. */
-static void answer_429(int times, const char *extra)
-{
-    g_sb = create_with(NULL);
-    tu_fake_reset();
-    char *rule = tu_strdup_printf("{\"method\":\"GET\",\"path\":\"^/sandboxes/%s$\",\"status\":429,"
-                                  "\"times\":%d,\"message\":\"slow down\"%s}",
-                                  sbx_sandbox_get0_id(g_sb), times, extra);
-    tu_fake_post("/_fake/faults", rule);
-    free(rule);
-}
-
-/* The GETs of the sandbox in the fake's log: how many, their times in @t. */
-static int sandbox_gets(double *t, size_t tmax)
-{
-    json_object *log = tu_fake_log();
-    char *re = tu_strdup_printf("/sandboxes/%s", sbx_sandbox_get0_id(g_sb));
-    int n = tu_fake_count(log, "GET", re, t, tmax);
-    free(re);
-    json_object_put(log);
-    return n;
-}
-
-/* A: Retry-After: 2 twice: the read is sent three times, each after the
- * wait the provider asked for, and succeeds. */
+/* A 429 on is_alive's read, GET /sandboxes/{id}, of a fresh sandbox
+ * (testutil.c). A: Retry-After: 2 twice: the read is sent three times,
+ * each after the wait the provider asked for, and succeeds. */
 Test(tensorlake, case19_retry_after_seconds_is_waited_each_time)
 {
-    answer_429(2, ",\"retry_after\":\"2\"");
-    sbx_error *err = NULL;
-    cr_assert_eq(sbx_sandbox_is_alive(g_sb, &err), 1, "is_alive: %s",
-                 err ? sbx_error_get0_message(err) : "");
-    double t[3] = { 0, 0, 0 };
-    cr_assert_eq(sandbox_gets(t, 3), 3);
-    cr_assert(t[1] - t[0] >= 2.0, "the first retry came %.3f s after the 429", t[1] - t[0]);
-    cr_assert(t[2] - t[1] >= 2.0, "the second retry came %.3f s after the 429", t[2] - t[1]);
+    g_sb = create_with(NULL);
+    tu_fake_assert_retry_after_seconds_waited(g_sb, "/sandboxes/");
 }
 
 /* B: Retry-After as the HTTP-date 3 s after the answer's Date: the retry
  * waits for it (0.5 s allowed for skew). */
 Test(tensorlake, case19_retry_after_date_is_waited)
 {
-    answer_429(1, ",\"retry_after_date\":3");
-    cr_assert_eq(sbx_sandbox_is_alive(g_sb, NULL), 1);
-    double t[2] = { 0, 0 };
-    cr_assert_eq(sandbox_gets(t, 2), 2);
-    cr_assert(t[1] - t[0] >= 2.5, "the retry came %.3f s after the 429", t[1] - t[0]);
+    g_sb = create_with(NULL);
+    tu_fake_assert_retry_after_date_waited(g_sb, "/sandboxes/");
 }
 
 /* D: Retry-After: 3600 passes the wait cap (60 s): rate_limited at once,
  * retryable, the wait in the context, after one request. */
 Test(tensorlake, case19_retry_after_past_the_cap_is_rate_limited_at_once)
 {
-    answer_429(1, ",\"retry_after\":\"3600\"");
-    sbx_error *err = NULL;
-    cr_assert_eq(sbx_sandbox_is_alive(g_sb, &err), -1);
-    cr_assert_eq(sbx_error_get_code(err), SBX_ERROR_RATE_LIMITED, "%s",
-                 sbx_error_get0_message(err));
-    cr_assert_str_eq(sbx_error_get0_message(err),
-                     "get the sandbox: slow down (HTTP 429; the provider asks to wait 3600 s)");
-    cr_assert_eq(sbx_error_is_retryable(err), 1);
-    cr_assert_str_eq(sbx_error_get0_backend(err), "tensorlake");
-    cr_assert_str_eq(sbx_error_get0_op(err), "is_alive");
-    cr_assert_str_eq(sbx_error_get0_context(err, "retry_after_s"), "3600");
-    cr_assert_str_eq(sbx_error_get0_context(err, "http_status"), "429");
-    sbx_error_free(err);
-    cr_assert_eq(sandbox_gets(NULL, 0), 1);
+    g_sb = create_with(NULL);
+    tu_fake_assert_retry_after_past_the_cap_rate_limited("tensorlake", g_sb, "/sandboxes/");
 }
 
 /* E: no Retry-After: the first backoff is at least 0.5 s (no tight loop). */
 Test(tensorlake, case19_without_retry_after_backs_off)
 {
-    answer_429(1, "");
-    cr_assert_eq(sbx_sandbox_is_alive(g_sb, NULL), 1);
-    double t[2] = { 0, 0 };
-    cr_assert_eq(sandbox_gets(t, 2), 2);
-    cr_assert(t[1] - t[0] >= 0.5, "the retry came %.3f s after the 429", t[1] - t[0]);
+    g_sb = create_with(NULL);
+    tu_fake_assert_backoff_without_retry_after(g_sb, "/sandboxes/");
 }
 
 /* ------------------------------------------------------------ CASE-36 */
@@ -1203,47 +1155,12 @@ Test(tensorlake, case19_without_retry_after_backs_off)
 /* The provider answers the create 401 with the key in its message: the
  * error names it [redacted], and neither it, its context, the session state
  * of a sandbox nor any request the fake logged holds the key (outside the
- * Authorization header itself, which the fake's log redacts). */
+ * Authorization header itself, which the fake's log redacts; testutil.c). */
 Test(tensorlake, case36_the_credential_is_never_shown)
 {
-    const char *key = getenv("TENSORLAKE_API_KEY");
-    cr_assert(key && strlen(key) >= 8);
     g_sb = create_with(NULL);
-    tu_fake_reset();
-    char *rule = tu_strdup_printf("{\"method\":\"POST\",\"path\":\"^/sandboxes$\",\"status\":401,"
-                                  "\"message\":\"invalid key %s\"}", key);
-    tu_fake_post("/_fake/faults", rule);
-    free(rule);
-    sbx_error *err = NULL;
-    cr_assert_null(sbx_sandbox_create(g_client, NULL, &err));
-    cr_assert_eq(sbx_error_get_code(err), SBX_ERROR_AUTHENTICATION, "%s",
-                 sbx_error_get0_message(err));
-    cr_assert_str_eq(sbx_error_get0_message(err),
-                     "create the sandbox: invalid key [redacted] (HTTP 401)");
-    char *s = sbx_error_to_string(err);
-    cr_assert(strstr(s, key) == NULL, "the error shows the key: %s", s);
-    for (size_t i = 0; i < sbx_error_get_context_count(err); i++) {
-        const char *k, *v;
-        cr_assert_eq(sbx_error_get0_context_at(err, i, &k, &v), 0);
-        cr_assert(strstr(v, key) == NULL, "context %s shows the key", k);
-    }
-    free(s);
-    sbx_error_free(err);
-    char *state = sbx_sandbox_session_state(g_sb, &err);
-    cr_assert_not_null(state);
-    cr_assert(strstr(state, key) == NULL, "the session state holds the key: %s", state);
-    free(state);
-    sbx_result *r = tu_sh(g_sb, "echo fine", 30);
-    tu_assert_stdout(r, "fine\n");
-    sbx_result_free(r);
-    json_object *log = tu_fake_log();
-    const char *text = json_object_to_json_string(log);
-    cr_assert(strstr(text, key) == NULL, "the fake's log holds the key");
-    cr_assert(json_object_array_length(log) >= 2);
-    for (size_t i = 0; i < json_object_array_length(log); i++)
-        cr_assert_str_eq(tu_json_str(json_object_array_get_idx(log, i), "auth"),
-                         "Bearer <redacted>", "request %zu", i);
-    json_object_put(log);
+    tu_fake_assert_credential_scrubbed("tensorlake", "TENSORLAKE_API_KEY", g_client, g_sb,
+                                       "/sandboxes", "Authorization");
 }
 
 /* ------------------------------------------------------------ CASE-48 */

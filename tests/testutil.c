@@ -18,6 +18,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <strings.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
@@ -1003,6 +1004,149 @@ void tu_fake_assert_env_canaries(const char *backend, const char *own)
             unsetenv(canary[i][0]);
         free(saved[i]);
     }
+}
+
+/* ---------------------------------------------------------- CASE-19 */
+
+/* Removes the fake's rules and empties its log, then makes it answer the
+ * next @times GETs of @sb's resource (@route and the sandbox's id) 429
+ * "slow down", the rule ending with @extra (",\"retry_after\":..." or "").
+ * Returns the resource's path (free()). */
+static char *answer_reads_429(sbx_sandbox *sb, const char *route, int times, const char *extra)
+{
+    tu_fake_reset();
+    char *path = tu_strdup_printf("%s%s", route, sbx_sandbox_get0_id(sb));
+    char *rule = tu_strdup_printf("{\"method\":\"GET\",\"path\":\"^%s$\",\"status\":429,"
+                                  "\"times\":%d,\"message\":\"slow down\"%s}", path, times, extra);
+    tu_fake_post("/_fake/faults", rule);
+    free(rule);
+    return path;
+}
+
+/* answer_reads_429(@sb, @route, @times, @extra), then is_alive on @sb is 1
+ * after exactly @times + 1 GETs of the resource, each retry at least
+ * @min_gap seconds after the 429 before it (the fake's times). */
+static void assert_reads_retried(sbx_sandbox *sb, const char *route, int times,
+                                 const char *extra, double min_gap)
+{
+    double t[8] = { 0 };
+    cr_assert(times >= 1 && times < 8);
+    char *path = answer_reads_429(sb, route, times, extra);
+    sbx_error *err = NULL;
+    cr_assert_eq(sbx_sandbox_is_alive(sb, &err), 1, "is_alive: %s",
+                 err ? sbx_error_get0_message(err) : "");
+    struct json_object *log = tu_fake_log();
+    cr_assert_eq(tu_fake_count(log, "GET", path, t, (size_t)times + 1), times + 1, "%s",
+                 json_object_to_json_string(log));
+    json_object_put(log);
+    for (int i = 1; i <= times; i++)
+        cr_assert(t[i] - t[i - 1] >= min_gap, "retry %d of %d came %.3f s after the 429", i,
+                  times, t[i] - t[i - 1]);
+    free(path);
+}
+
+void tu_fake_assert_retry_after_seconds_waited(sbx_sandbox *sb, const char *route)
+{
+    assert_reads_retried(sb, route, 2, ",\"retry_after\":\"2\"", 2.0);
+}
+
+void tu_fake_assert_retry_after_date_waited(sbx_sandbox *sb, const char *route)
+{
+    assert_reads_retried(sb, route, 1, ",\"retry_after_date\":3", 2.5);
+}
+
+void tu_fake_assert_backoff_without_retry_after(sbx_sandbox *sb, const char *route)
+{
+    assert_reads_retried(sb, route, 1, "", 0.5);
+}
+
+void tu_fake_assert_retry_after_past_the_cap_rate_limited(const char *backend, sbx_sandbox *sb,
+                                                          const char *route)
+{
+    char *path = answer_reads_429(sb, route, 1, ",\"retry_after\":\"3600\"");
+    sbx_error *err = NULL;
+    double t0 = tu_now();
+    cr_assert_eq(sbx_sandbox_is_alive(sb, &err), -1);
+    double dt = tu_now() - t0;
+    cr_assert(dt < 30.0, "is_alive failed after %.2f s: it waited", dt);
+    cr_assert_eq(sbx_error_get_code(err), SBX_ERROR_RATE_LIMITED, "%s: %s",
+                 sbx_error_code_name(sbx_error_get_code(err)), sbx_error_get0_message(err));
+    cr_assert_str_eq(sbx_error_get0_message(err),
+                     "get the sandbox: slow down (HTTP 429; the provider asks to wait 3600 s)");
+    cr_assert_eq(sbx_error_is_retryable(err), 1);
+    cr_assert_str_eq(sbx_error_get0_backend(err), backend);
+    cr_assert_str_eq(sbx_error_get0_op(err), "is_alive");
+    cr_assert_str_eq(sbx_error_get0_context(err, "retry_after_s"), "3600");
+    cr_assert_str_eq(sbx_error_get0_context(err, "http_status"), "429");
+    sbx_error_free(err);
+    struct json_object *log = tu_fake_log();
+    cr_assert_eq(tu_fake_count(log, "GET", path, NULL, 0), 1, "%s",
+                 json_object_to_json_string(log));
+    json_object_put(log);
+    free(path);
+}
+
+/* ---------------------------------------------------------- CASE-36 */
+
+void tu_fake_assert_credential_scrubbed(const char *backend, const char *key_var,
+                                        sbx_client *client, sbx_sandbox *sb,
+                                        const char *create_path, const char *key_header)
+{
+    const char *key = getenv(key_var);
+    cr_assert(key && strlen(key) >= 8, "%s holds no key of 8 characters or more", key_var);
+    cr_assert_str_eq(sbx_client_get0_backend(client), backend);
+    tu_fake_reset();
+    char *rule = tu_strdup_printf("{\"method\":\"POST\",\"path\":\"^%s$\",\"status\":401,"
+                                  "\"message\":\"invalid key %s\"}", create_path, key);
+    tu_fake_post("/_fake/faults", rule);
+    free(rule);
+    sbx_error *err = NULL;
+    cr_assert_null(sbx_sandbox_create(client, NULL, &err), "the create succeeded");
+    cr_assert_eq(sbx_error_get_code(err), SBX_ERROR_AUTHENTICATION, "%s: %s",
+                 sbx_error_code_name(sbx_error_get_code(err)), sbx_error_get0_message(err));
+    cr_assert_str_eq(sbx_error_get0_message(err),
+                     "create the sandbox: invalid key [redacted] (HTTP 401)");
+    cr_assert_str_eq(sbx_error_get0_backend(err), backend);
+    cr_assert_str_eq(sbx_error_get0_op(err), "create");
+    char *s = sbx_error_to_string(err);
+    cr_assert(strstr(s, key) == NULL, "the error shows the key: %s", s);
+    for (size_t i = 0; i < sbx_error_get_context_count(err); i++) {
+        const char *k, *v;
+        cr_assert_eq(sbx_error_get0_context_at(err, i, &k, &v), 0);
+        cr_assert(strstr(v, key) == NULL, "context %s shows the key", k);
+    }
+    free(s);
+    sbx_error_free(err);
+    err = NULL;
+    char *state = sbx_sandbox_session_state(sb, &err);
+    cr_assert_not_null(state, "session state: %s", err ? sbx_error_get0_message(err) : "");
+    cr_assert(strstr(state, key) == NULL, "the session state holds the key: %s", state);
+    free(state);
+    sbx_result *r = tu_sh(sb, "echo fine", 10);
+    tu_assert_stdout(r, "fine\n");
+    sbx_result_free(r);
+    struct json_object *log = tu_fake_log();
+    const char *text = json_object_to_json_string(log);
+    cr_assert(strstr(text, key) == NULL, "the fake's log holds the key");
+    size_t n = json_object_array_length(log);
+    cr_assert(n >= 2, "%zu requests: %s", n, text);
+    for (size_t i = 0; i < n; i++)
+        cr_assert_str_eq(tu_json_str(json_object_array_get_idx(log, i), "auth"),
+                         "Bearer <redacted>", "request %zu of %s", i, text);
+    struct json_object *first = json_object_array_get_idx(log, 0), *headers;
+    cr_assert_str_eq(tu_json_str(first, "method"), "POST");
+    cr_assert_str_eq(tu_json_str(first, "path"), create_path);
+    cr_assert(json_object_object_get_ex(first, "headers", &headers));
+    const char *sent = NULL;
+    json_object_object_foreach(headers, hk, hv) {
+        if (strcasecmp(hk, key_header) == 0)
+            sent = json_object_get_string(hv);
+    }
+    cr_assert_str_eq(sent ? sent : "(none)",
+                     strcasecmp(key_header, "Authorization") == 0 ? "Bearer <redacted>"
+                                                                  : "<redacted>",
+                     "the key was not sent in %s", key_header);
+    json_object_put(log);
 }
 
 /* ---------------------------------------------------------- the idle reaper */

@@ -216,6 +216,54 @@ void tu_fake_assert_create_answered(sbx_client *client, const char *path_re, int
  * destroyed, the client freed and the canaries unset again. */
 void tu_fake_assert_env_canaries(const char *backend, const char *own);
 
+/* CASE-19 on is_alive's read of @sb, GET @route followed by the sandbox's
+ * id (@route "/sandboxes/" reads "/sandboxes/ID"), through the fake of @sb's
+ * backend. Each first removes the fake's rules and empties its log, then
+ * makes it answer that read 429 "slow down" (the provider's error body)
+ * and calls sbx_sandbox_is_alive(@sb) once; the times compared are the
+ * fake's (its log, UNIX seconds). The rule stays until the fixture's reset.
+ * They use the fake's one log and rules: one test at a time, from one
+ * thread. Nothing is returned; a failed assertion ends the test.
+ * - tu_fake_assert_retry_after_seconds_waited: twice with Retry-After: 2:
+ *   is_alive is 1 after exactly 3 GETs, each retry >= 2.0 s after the 429
+ *   before it;
+ * - tu_fake_assert_retry_after_date_waited: once with Retry-After as the
+ *   HTTP-date 3 s after the answer's Date: is_alive is 1 after exactly 2
+ *   GETs, >= 2.5 s apart (0.5 s allowed for skew);
+ * - tu_fake_assert_retry_after_past_the_cap_rate_limited: once with
+ *   Retry-After: 3600, past the wait cap (60 s): is_alive is -1 within
+ *   30 s after exactly 1 GET, the error rate_limited and retryable, backend
+ *   @backend, op "is_alive", message exactly "get the sandbox: slow down
+ *   (HTTP 429; the provider asks to wait 3600 s)", context retry_after_s
+ *   "3600" and http_status "429";
+ * - tu_fake_assert_backoff_without_retry_after: once without Retry-After:
+ *   is_alive is 1 after exactly 2 GETs, >= 0.5 s apart (no tight loop). */
+void tu_fake_assert_retry_after_seconds_waited(sbx_sandbox *sb, const char *route);
+void tu_fake_assert_retry_after_date_waited(sbx_sandbox *sb, const char *route);
+void tu_fake_assert_retry_after_past_the_cap_rate_limited(const char *backend, sbx_sandbox *sb,
+                                                          const char *route);
+void tu_fake_assert_backoff_without_retry_after(sbx_sandbox *sb, const char *route);
+
+/* CASE-36 on the hosted backend @backend through its fake: the key is the
+ * value of the environment variable @key_var (asserted set, 8 characters
+ * or more), @client a client of @backend (asserted) and @sb a live sandbox
+ * of it (borrowed; left live). Removes the fake's rules and empties its
+ * log, makes it answer the create, POST @create_path (a path, matched
+ * whole), 401 with "invalid key KEY" in the provider's error body, and
+ * asserts: the create on @client fails authentication, backend @backend,
+ * op "create", message exactly "create the sandbox: invalid key [redacted]
+ * (HTTP 401)", and neither sbx_error_to_string() nor any context value
+ * holds the key; the session state of @sb does not hold it; "echo fine"
+ * runs on @sb (10 s); the fake logged 2 requests or more, none holding the
+ * key, every one authorized ("auth" "Bearer <redacted>"), the first the
+ * create, whose header @key_header (any case) carries the key as the fake
+ * redacts it ("Bearer <redacted>" for Authorization, else "<redacted>").
+ * The rule stays until the fixture's reset. One test at a time, from one
+ * thread; a failed assertion ends the test. */
+void tu_fake_assert_credential_scrubbed(const char *backend, const char *key_var,
+                                        sbx_client *client, sbx_sandbox *sb,
+                                        const char *create_path, const char *key_header);
+
 /* The integers of the JSON array member @key of the fake's answer 200 to
  * GET @path (extra header @header, NULL: none), joined by ',' ("3000,8080";
  * "" for none): a new string. Asserts the answer and the member. */
