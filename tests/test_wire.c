@@ -169,12 +169,12 @@ Test(wire, a_descriptor_number_not_passed_with_the_frame_is_refused)
     sbx_wire_put_u64(&m, client);
     put_ctx(&m);
     sbx_wire_put_u64(&m, 0);       /* set_fields */
-    sbx_wire_put_f64(&m, 0);
+    sbx_wire_put_f64(&m, 0);       /* cpu, memory_mb: the defaults */
     sbx_wire_put_i64(&m, 0);
-    sbx_wire_put_f64(&m, 0);
+    sbx_wire_put_f64(&m, 60);      /* a lifetime (a detached sandbox needs one) */
     sbx_wire_put_str(&m, NULL);
     sbx_wire_put_strv(&m, NULL);
-    sbx_wire_put_f64(&m, 0);
+    sbx_wire_put_f64(&m, (double)time(NULL) + 60);   /* expires_at */
     for (int i = 0; i < 5; i++)
         sbx_wire_put_str(&m, NULL);
     sbx_wire_put_i64(&m, 0);
