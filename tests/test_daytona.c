@@ -22,7 +22,11 @@
  * execute_code in each language the reference gives Daytona (python,
  * javascript, typescript, ruby, go) and the shells, running real code;
  * CASE-52 C (a command quiet for 12 s, run at once or streamed, is not cut,
- * and ends at its own timeout); warm execs one after another share one TCP
+ * and ends at its own timeout), A (behind a 5 s idle reaper in front of the
+ * toolbox: the cut request's command is found by its mark and its logs
+ * followed again, one start) and D (the fake's idle stop at 5 s: the
+ * activity renewed every 2 s keeps the sandbox; without renewal the exec
+ * fails saying stopped), and refresh_activity_s's bad values; warm execs one after another share one TCP
  * connection at the fake; files through the plugin (CASE-17, list_files,
  * HOME, CASE-45, CASE-46: the tu_files_* helpers of testutil.c).
  *
@@ -1631,9 +1635,9 @@ Test(daytona_faults, execute_code_shells)
 /* ------------------------------------------------------------ CASE-52 */
 
 /* Daytona's contract streams a command's output only as its followed logs
- * (chunked, no keepalive frames of the provider's), and answers a command
- * run at once only when it has ended: both requests are quiet while the
- * command is. */
+ * (chunked, no keepalive frames of the provider's: CASE-52 B has nothing
+ * to test here), and answers a command run at once only when it has ended:
+ * both requests are quiet while the command is. */
 
 typedef struct chunks {
     char out[64];

@@ -10,7 +10,10 @@
  *    DAYTONA_ORGANIZATION_ID (sent as X-Daytona-Organization-ID); always as
  *    "Authorization: Bearer ...". Base URL: the client config's "api_url",
  *    else DAYTONA_API_URL, else https://app.daytona.io/api. Region: config
- *    "target", else DAYTONA_TARGET.
+ *    "target", else DAYTONA_TARGET. Client option "refresh_activity_s"
+ *    (see exec; a bad one is a configuration error with context
+ *    option=refresh_activity_s), and the base's "retries",
+ *    "rate_limit_retries" and "max_retry_wait_s".
  *  - create: POST /sandbox. cpu → integer cores (ceil, at least 1);
  *    memory_mb → GB, refused (configuration, context min_mb and step_mb)
  *    unless a multiple of 1024, as Daytona could not enforce it; disk_mb →
@@ -46,7 +49,36 @@
  *    the markers above), which give the output byte for byte (CASE-07):
  *    two requests for such output only. A session the daemon no longer has
  *    (404 about the session: a started sandbox's daemon is a new one) is
- *    dropped and the command sent to another. The command runs as
+ *    dropped and the command sent to another. The exec request's JSON body
+ *    goes as a streamed one (dt_mem_src), so that libcurl, which re-sends
+ *    by itself a request whose kept-alive connection died before any byte
+ *    of an answer, cannot run the command twice.
+ *    Quiet commands (CASE-52): no read timeout of our own; a request the
+ *    path cuts (a proxy or NAT closing an idle connection: a connection
+ *    error without an answer) while the command runs never sends the
+ *    command again: the sandbox's state is read first (GET /sandbox/{id};
+ *    anything but "started": the exec fails, see below); the exec run at
+ *    once is then found in its session (GET /process/session/{sid}: its
+ *    command whose line carries the command's SBX_EXEC_ID mark; not
+ *    listed: a connection error, outcome unknown) and its logs followed
+ *    as a streamed one's are; followed logs that are cut are followed
+ *    again from their start, the bytes already read skipped, as often as
+ *    they are cut (three cuts in a row within 1 s of their start with no
+ *    new byte fail it, outcome unknown). The contract has no keepalive
+ *    frames of the provider's on the followed logs (CASE-52 B: nothing to
+ *    filter). Daytona stops a sandbox autoStopInterval minutes after the
+ *    start of the last request about it, and a quiet command is one long
+ *    request: while commands of a handle run, a thread of the handle's
+ *    renews its activity (POST /sandbox/{id}/last-activity, the SDK's
+ *    refresh_activity) every "refresh_activity_s" seconds (client option,
+ *    0 to 86400; 0: never), by default 60 s, or a quarter of the
+ *    sandbox's autoStopInterval when that is shorter, or never when it is
+ *    0; the first renewal comes that long after the command's start. The
+ *    calls about a running command never wake the sandbox: a sandbox
+ *    stopped under it (not "started" after a cut, or a "not started"
+ *    answer) fails the exec with execution_failed "... was stopped while
+ *    the command ran ...", outcome unknown, context state (CASE-53).
+ *    The command runs as
  *    "sh -c SCRIPT" (cl_shell_script: the cwd on a line of its own,
  *    CASE-46) with its environment as assignments in front of it, so that
  *    nothing stays in the session's shell. A command given as an argv
@@ -2303,7 +2335,10 @@ static int dt_exec_start(sbx_plugin_sandbox *sb, const sbx_call_ctx *ctx,
 static const sbx_plugin dt_plugin = {
     CL_PLUGIN_HEAD(DT_BACKEND),
     CL_PLUGIN_SLOTS(dt),
-    .description = "Daytona sandboxes (REST API and Toolbox API) over libcurl",
+    .description = "Daytona sandboxes (REST API and Toolbox API) over libcurl; the client "
+                   "option refresh_activity_s (seconds, default 60; 0: never) is how often "
+                   "the sandbox's activity is renewed while commands run, so that its idle "
+                   "stop does not stop it under a quiet one",
     .caps = DT_CAPS,
     .sandbox_free = dt_sandbox_free,
     .snapshot = dt_snapshot,
