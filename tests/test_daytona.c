@@ -24,7 +24,8 @@
  * CASE-52 C (a command quiet for 12 s, run at once or streamed, is not cut,
  * and ends at its own timeout), A (behind a 5 s idle reaper in front of the
  * toolbox: the cut request's command is found by its mark and its logs
- * followed again, one start) and D (the fake's idle stop at 5 s: the
+ * followed again, one start; a start the daemon never had, dropped, is
+ * sent again once) and D (the fake's idle stop at 5 s: the
  * activity renewed every 2 s keeps the sandbox; without renewal the exec
  * fails saying stopped), and refresh_activity_s's bad values; warm execs one after another share one TCP
  * connection at the fake; files through the plugin (CASE-17, list_files,
@@ -1833,6 +1834,33 @@ Test(daytona_faults, case52_a_a_cut_command_is_followed_again_never_run_again)
     }
     int reaped = tu_reaper_stop();
     cr_assert(reaped >= 3, "the reaper closed %d connections", reaped);
+}
+
+/* The request that starts a command run at once is dropped (the
+ * connection closed without an answer) before the daemon had it: the
+ * session does not list the command, so it is sent again, once; it ran
+ * once (its file has one line). */
+Test(daytona_faults, case52_a_start_the_daemon_never_had_is_sent_again)
+{
+    sbx_result *r = tu_sh(g_sb, "echo warm", 10);
+    tu_assert_stdout(r, "warm\n");
+    sbx_result_free(r);
+    tu_fake_reset();
+    char *rule = tu_strdup_printf("{\"method\":\"POST\",\"path\":\"^/toolbox/%s/process/"
+                                  "session/[^/]+/exec$\",\"action\":\"drop\"}", sb_id());
+    tu_fake_post("/_fake/faults", rule);
+    free(rule);
+    r = tu_sh(g_sb, "echo once >> /tmp/once; cat /tmp/once", 30);
+    tu_assert_stdout(r, "once\n");
+    tu_assert_stderr(r, "");
+    tu_assert_exit(r, 0);
+    sbx_result_free(r);
+    cr_assert_eq(command_starts(), 2);
+    json_object *log = tu_fake_log();
+    char *re = tu_strdup_printf("^/toolbox/%s/process/session/[^/]+$", sb_id());
+    cr_assert_eq(tu_fake_count(log, "GET", re, NULL, 0), 1);
+    free(re);
+    json_object_put(log);
 }
 
 /* D: the fake stops the sandbox 5 s after the start of the last request

@@ -60,7 +60,9 @@
  *    anything but "started": the exec fails, see below); the exec run at
  *    once is then found in its session (GET /process/session/{sid}: its
  *    command whose line carries the command's SBX_EXEC_ID mark; not
- *    listed: a connection error, outcome unknown) and its logs followed
+ *    listed, the daemon never had the request, as when a kept-alive
+ *    connection had died: sent again, twice at most, then a connection
+ *    error, outcome unknown) and its logs followed
  *    as a streamed one's are; followed logs that are cut are followed
  *    again from their start, the bytes already read skipped, as often as
  *    they are cut (three cuts in a row within 1 s of their start with no
@@ -1736,11 +1738,12 @@ static int dt_exec_lost(struct sbx_plugin_sandbox *sb, const char *op)
  * started it was cut (@cut: how): GET /process/session/{sid} lists the
  * session's commands, and the one whose line carries @p's mark is it. A
  * new string; NULL with the error as this thread's last when the GET
- * failed, or when it is not listed (a connection error, outcome unknown:
- * the command is never sent again). */
+ * failed, or, *@unlisted set, when the session does not list it (the
+ * daemon never had the request: a connection error, outcome unknown). */
 static char *dt_find_command(struct sbx_plugin_sandbox *sb, const sbx_call_ctx *ctx, dt_proc *p,
-                             const char *sid, const char *cut, const char *op)
+                             const char *sid, const char *cut, int *unlisted, const char *op)
 {
+    *unlisted = 0;
     char *path = cl_printf("/process/session/%s", sid);
     char *mark = cl_printf(CL_EXEC_MARK "=%s ", p->tag);
     cl_req rq = { .method = "GET", .idempotent = CL_SAFE, .what = "list the session's commands" };
@@ -1759,10 +1762,12 @@ static char *dt_find_command(struct sbx_plugin_sandbox *sb, const sbx_call_ctx *
             if (line && cid && strstr(line, mark))
                 id = strdup(cid);
         }
-        if (j && !id)
+        if (j && !id) {
+            *unlisted = 1;
             cl_outcome_unknown(cl_fail(NULL, SBX_ERROR_CONNECTION, op, "daytona: the request "
                                        "that started the command was cut (%s) and its session "
                                        "does not list it: its outcome is unknown", cut));
+        }
         json_object_put(j);
     }
     cl_resp_clear(&r);
@@ -1792,7 +1797,9 @@ static char *dt_find_command(struct sbx_plugin_sandbox *sb, const sbx_call_ctx *
  * that closes a quiet connection) never sends the command again: the exec
  * run at once is found in its session by its mark (dt_find_command), and
  * then, as a streamed one, its logs are followed again from where they
- * were cut, as often as they are cut, once its sandbox is seen "started";
+ * were cut, as often as they are cut, once its sandbox is seen "started"
+ * (a command its session does not list never reached the daemon: it is
+ * sent again, twice at most);
  * a sandbox stopped under it fails the exec (dt_exec_lost).
  */
 static int dt_exec_run(cl_proc *base)
@@ -1829,7 +1836,7 @@ static int dt_exec_run(cl_proc *base)
     /* The command, in an idle session or a new one; a pooled session the
      * daemon no longer has (a 404 about it: the command did not run) is
      * dropped and the next one tried. */
-    for (;;) {
+    for (int resent = 0;;) {
         s = dt_pool_take(sb);
         int pooled = s != NULL;
         if (!s && !(s = dt_session_open(sb, &ctx, op)))
@@ -1855,15 +1862,27 @@ static int dt_exec_run(cl_proc *base)
         if (rc < 0 && dt_was_cut(base, &r)) {
             /* Cut on the path (a quiet command run at once): the command
              * may run on. It is looked for in its session and followed;
-             * it is never sent again. */
+             * it is never sent again. Only a request the daemon never had
+             * (its session does not list the command: a kept-alive
+             * connection that had died, which libcurl would have re-sent
+             * by itself) is sent again, twice at most. */
             char why[256];
             snprintf(why, sizeof why, "%.250s", cl_last()->msg);
             CL_LOG(SBX_LOG_DEBUG, "daytona: the request running command %s was cut (%s): "
                    "looking for it in session %s", p->tag, why, s->id);
-            if (dt_exec_lost(sb, op) < 0
-                || !(cmd_id = dt_find_command(sb, &ctx, p, s->id, why, op)))
+            int unlisted = 0;
+            if (dt_exec_lost(sb, op) < 0)
                 goto fail;
-            goto follow;
+            cmd_id = dt_find_command(sb, &ctx, p, s->id, why, &unlisted, op);
+            if (cmd_id)
+                goto follow;
+            if (unlisted && resent++ < 2) {
+                CL_LOG(SBX_LOG_DEBUG, "daytona: session %s never had command %s: sending it "
+                       "again", s->id, p->tag);
+                dt_pool_put(sb, s);
+                s = NULL;
+                continue;
+            }
         }
         goto fail;
     }
