@@ -22,7 +22,12 @@
  * execute_code in each language the reference gives Daytona (python,
  * javascript, typescript, ruby, go) and the shells, running real code;
  * CASE-52 C (a command quiet for 12 s, run at once or streamed, is not cut,
- * and ends at its own timeout); warm execs one after another share one TCP
+ * and ends at its own timeout), A (behind a 5 s idle reaper in front of the
+ * toolbox: the cut request's command is found by its mark and its logs
+ * followed again, one start; a start the daemon never had, dropped, is
+ * sent again once) and D (the fake's idle stop at 5 s: the
+ * activity renewed every 2 s keeps the sandbox; without renewal the exec
+ * fails saying stopped), and refresh_activity_s's bad values; warm execs one after another share one TCP
  * connection at the fake; files through the plugin (CASE-17, list_files,
  * HOME, CASE-45, CASE-46: the tu_files_* helpers of testutil.c).
  *
@@ -64,8 +69,11 @@ static void setup(void)
 
 static void teardown(void)
 {
-    if (g_port)
+    tu_reaper_stop();
+    if (g_port) {
         tu_fake_reset();
+        tu_fake_post("/_fake/config", "{\"toolbox_url\":null}");
+    }
     if (g_sb) {
         sbx_sandbox_destroy(g_sb, NULL);
         sbx_sandbox_free(g_sb);
@@ -1553,9 +1561,9 @@ Test(daytona_faults, execute_code_shells)
 /* ------------------------------------------------------------ CASE-52 */
 
 /* Daytona's contract streams a command's output only as its followed logs
- * (chunked, no keepalive frames of the provider's), and answers a command
- * run at once only when it has ended: both requests are quiet while the
- * command is. */
+ * (chunked, no keepalive frames of the provider's: CASE-52 B has nothing
+ * to test here), and answers a command run at once only when it has ended:
+ * both requests are quiet while the command is. */
 
 typedef struct chunks {
     char out[64];
@@ -1652,6 +1660,222 @@ Test(daytona_faults, case52_a_quiet_command_ends_at_its_own_timeout)
         free(check);
         tu_assert_stdout(r, "1\n");
         sbx_result_free(r);
+    }
+}
+
+/* ------------------------------------------------------------ CASE-52 A and D */
+
+/* g_client becomes a client with the options @cfg (NULL: none), and g_sb a
+ * new sandbox of it (the setup's destroyed); the fake's log emptied. */
+static void fresh_sandbox(const char *cfg)
+{
+    sbx_sandbox_destroy(g_sb, NULL);
+    sbx_sandbox_free(g_sb);
+    g_sb = NULL;
+    sbx_client_free(g_client);
+    sbx_error *err = NULL;
+    g_client = sbx_client_new_with_config("daytona", SBX_PLUGIN_MODE_DEFAULT, cfg, &err);
+    cr_assert_not_null(g_client, "%s: %s", cfg ? cfg : "no options",
+                       err ? sbx_error_get0_message(err) : "");
+    g_sb = tu_create(g_client, NULL);
+    tu_fake_reset();
+}
+
+/* CASE-52's command as a request: `sleep 12; echo done`, timeout 60, run
+ * at once (@c NULL) or streamed into @c (count_chunks). */
+static sbx_exec_request quiet_request(chunks *c)
+{
+    sbx_exec_request req = SBX_EXEC_REQUEST_INIT;
+    req.shell = "sleep 12; echo done";
+    req.timeout_secs = 60;
+    if (c) {
+        req.on_output = count_chunks;
+        req.user_data = c;
+    }
+    return req;
+}
+
+/* The fake stops g_sb @seconds after the start of the last request about
+ * it (0: its autoStopInterval again). */
+static void set_idle_stop(int seconds)
+{
+    char *path = tu_strdup_printf("/_fake/sandbox/%s/idle_stop", sb_id());
+    char *body = tu_strdup_printf("{\"seconds\":%d}", seconds);
+    tu_fake_post(path, body);
+    free(body);
+    free(path);
+}
+
+/* The followed-logs requests of g_sb's commands in the fake's log. */
+static int log_follows(void)
+{
+    json_object *log = tu_fake_log();
+    char *re = tu_strdup_printf("^/toolbox/%s/process/session/[^/]+/command/[^/]+/logs$",
+                                sb_id());
+    int n = tu_fake_count(log, "GET", re, NULL, 0);
+    free(re);
+    json_object_put(log);
+    return n;
+}
+
+/* A: the 5 s idle reaper in front of the toolbox (the sandbox's
+ * toolboxProxyUrl points at it); the control plane stays direct. The
+ * quiet command, run at once (its one request cut at 5 s: found in its
+ * session by its mark) and streamed (its followed logs cut every 5 s),
+ * gives "done\n", exit 0, in [12, 16) s, with exactly one start of the
+ * command at the fake: the logs were followed again (at least twice in
+ * all), the command never sent again. The streamed output reaches the
+ * callback once, never empty. */
+Test(daytona_faults, case52_a_a_cut_command_is_followed_again_never_run_again)
+{
+    int port = tu_reaper_start(g_port, 5);
+    char *cfg = tu_strdup_printf("{\"toolbox_url\":\"http://127.0.0.1:%d/toolbox\"}", port);
+    tu_fake_post("/_fake/config", cfg);
+    free(cfg);
+    fresh_sandbox(NULL);
+    for (int stream = 0; stream < 2; stream++) {
+        tu_fake_reset();
+        chunks c = { .len = 0 };
+        sbx_exec_request req = quiet_request(stream ? &c : NULL);
+        double t0 = tu_now();
+        sbx_result *r = tu_exec(g_sb, &req);
+        double dt = tu_now() - t0;
+        tu_assert_stdout(r, "done\n");
+        tu_assert_stderr(r, "");
+        tu_assert_exit(r, 0);
+        cr_assert_eq(sbx_result_is_timed_out(r), 0);
+        sbx_result_free(r);
+        cr_assert(dt >= 12.0 && dt < 16.0, "%s: the command took %.2f s",
+                  stream ? "streamed" : "at once", dt);
+        cr_assert_eq(command_starts(), 1, "%s", stream ? "streamed" : "at once");
+        int follows = log_follows();
+        cr_assert(follows >= 2, "%s: the logs were followed %d times",
+                  stream ? "streamed" : "at once", follows);
+        if (stream) {
+            tu_assert_bytes("the streamed output", c.out, c.len, "done\n", 5);
+            cr_assert_eq(c.empty, 0, "%d empty chunks", c.empty);
+            cr_assert_eq(c.err, 0, "%d chunks on stderr", c.err);
+        }
+    }
+    int reaped = tu_reaper_stop();
+    cr_assert(reaped >= 3, "the reaper closed %d connections", reaped);
+}
+
+/* The request that starts a command run at once is dropped (the
+ * connection closed without an answer) before the daemon had it: the
+ * session does not list the command, so it is sent again, once; it ran
+ * once (its file has one line). */
+Test(daytona_faults, case52_a_start_the_daemon_never_had_is_sent_again)
+{
+    sbx_result *r = tu_sh(g_sb, "echo warm", 10);
+    tu_assert_stdout(r, "warm\n");
+    sbx_result_free(r);
+    tu_fake_reset();
+    char *rule = tu_strdup_printf("{\"method\":\"POST\",\"path\":\"^/toolbox/%s/process/"
+                                  "session/[^/]+/exec$\",\"action\":\"drop\"}", sb_id());
+    tu_fake_post("/_fake/faults", rule);
+    free(rule);
+    r = tu_sh(g_sb, "echo once >> /tmp/once; cat /tmp/once", 30);
+    tu_assert_stdout(r, "once\n");
+    tu_assert_stderr(r, "");
+    tu_assert_exit(r, 0);
+    sbx_result_free(r);
+    cr_assert_eq(command_starts(), 2);
+    json_object *log = tu_fake_log();
+    char *re = tu_strdup_printf("^/toolbox/%s/process/session/[^/]+$", sb_id());
+    cr_assert_eq(tu_fake_count(log, "GET", re, NULL, 0), 1);
+    free(re);
+    json_object_put(log);
+}
+
+/* D: the fake stops the sandbox 5 s after the start of the last request
+ * about it; the client renews its activity every 2 s while a command
+ * runs (refresh_activity_s 2). The quiet command, run at once and
+ * streamed, gives "done\n", exit 0; the sandbox was never stopped, and
+ * was renewed at least 5 times a command (12 s / 2 s). */
+Test(daytona_faults, case52_d_activity_is_renewed_while_a_command_runs)
+{
+    fresh_sandbox("{\"refresh_activity_s\":2}");
+    set_idle_stop(5);
+    for (int stream = 0; stream < 2; stream++) {
+        chunks c = { .len = 0 };
+        sbx_exec_request req = quiet_request(stream ? &c : NULL);
+        double t0 = tu_now();
+        sbx_result *r = tu_exec(g_sb, &req);
+        double dt = tu_now() - t0;
+        tu_assert_stdout(r, "done\n");
+        tu_assert_stderr(r, "");
+        tu_assert_exit(r, 0);
+        sbx_result_free(r);
+        cr_assert(dt >= 12.0 && dt < 16.0, "the command took %.2f s", dt);
+        if (stream)
+            tu_assert_bytes("the streamed output", c.out, c.len, "done\n", 5);
+        json_object *fs = fake_sandbox();
+        cr_assert_str_eq(tu_json_str(fs, "state"), "started");
+        cr_assert_eq(jint(fs, "idle_stops"), 0);
+        cr_assert(jint(fs, "activities") >= 5 * (stream + 1), "%lld renewals",
+                  (long long)jint(fs, "activities"));
+        json_object_put(fs);
+    }
+    set_idle_stop(0);
+}
+
+/* D, no renewal (refresh_activity_s 0): the fake stops the sandbox 5 s
+ * into the command, which ends with it. Run at once or streamed, the exec
+ * fails (never exit 0 with the output missing): execution_failed, its
+ * message and context (state) saying stopped (CASE-53), well before the
+ * command would have ended. The next exec starts the sandbox again. */
+Test(daytona_faults, case52_d_a_command_whose_sandbox_is_stopped_says_stopped)
+{
+    fresh_sandbox("{\"refresh_activity_s\":0}");
+    set_idle_stop(5);
+    for (int stream = 0; stream < 2; stream++) {
+        chunks c = { .len = 0 };
+        sbx_exec_request req = quiet_request(stream ? &c : NULL);
+        double t0 = tu_now();
+        sbx_error *err = tu_exec_fail(g_sb, &req, SBX_ERROR_EXECUTION_FAILED);
+        double dt = tu_now() - t0;
+        cr_assert(dt >= 4.5 && dt < 10.0, "the exec failed after %.2f s", dt);
+        const char *msg = sbx_error_get0_message(err);
+        cr_assert(strstr(msg, "was stopped while the command ran") != NULL, "%s", msg);
+        const char *state = sbx_error_get0_context(err, "state");
+        cr_assert_not_null(state, "no state: %s", msg);
+        cr_assert_str_eq(state, "stopped");
+        cr_assert_eq(sbx_error_get_outcome(err), SBX_ERROR_OUTCOME_UNKNOWN);
+        sbx_error_free(err);
+        cr_assert_eq(c.len, 0, "output came: %.*s", (int)c.len, c.out);
+        json_object *fs = fake_sandbox();
+        cr_assert_str_eq(tu_json_str(fs, "state"), "stopped");
+        cr_assert_eq(jint(fs, "idle_stops"), stream + 1);
+        cr_assert_eq(jint(fs, "activities"), 0);
+        json_object_put(fs);
+    }
+    set_idle_stop(0);
+    sbx_result *r = tu_sh(g_sb, "echo again", 30);
+    tu_assert_stdout(r, "again\n");
+    tu_assert_exit(r, 0);
+    sbx_result_free(r);
+}
+
+/* refresh_activity_s must be a number of seconds from 0 to a day: else a
+ * configuration error naming it. */
+Test(daytona_faults, bad_refresh_activity_s_is_a_configuration_error)
+{
+    static const char *const bad[] = { "-1", "\"2\"", "true", "86401", NULL };
+    for (size_t i = 0; bad[i]; i++) {
+        char *cfg = tu_strdup_printf("{\"refresh_activity_s\":%s}", bad[i]);
+        sbx_error *err = NULL;
+        sbx_client *c = sbx_client_new_with_config("daytona", SBX_PLUGIN_MODE_DEFAULT, cfg, &err);
+        cr_assert_null(c, "%s was taken", cfg);
+        cr_assert_eq(sbx_error_get_code(err), SBX_ERROR_CONFIGURATION, "%s: %s", cfg,
+                     sbx_error_get0_message(err));
+        char *want = tu_strdup_printf("daytona client option refresh_activity_s %s is not a "
+                                      "number of seconds from 0 to 86400", bad[i]);
+        cr_assert_str_eq(sbx_error_get0_message(err), want);
+        cr_assert_str_eq(sbx_error_get0_context(err, "option"), "refresh_activity_s");
+        free(want);
+        sbx_error_free(err);
+        free(cfg);
     }
 }
 

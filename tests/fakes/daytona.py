@@ -24,8 +24,12 @@ started?" until POST /sandbox/{id}/start, which goes through "starting"
 (from stopped) or "restoring" (from archived) to "started". ttlMinutes deletes
 the sandbox that many minutes after create; autoStopInterval (default 15)
 stops it after that many idle minutes (a request about the sandbox is
-activity). SBX_FAKE_MINUTE sets the length of a minute in seconds (default
-60), so tests can see those timers.
+activity, counted when the request starts: a long one, such as a command
+run at once or its followed logs, counts only then; POST
+/sandbox/{id}/last-activity is one). SBX_FAKE_MINUTE sets the length of a
+minute in seconds (default 60), so tests can see those timers; the idle stop
+of one sandbox can also be set in seconds while the fake runs (see
+/_fake/sandbox/{id}/idle_stop).
 
 Preview links: GET /sandbox/{id}/ports/{port}/preview-url answers
 {"sandboxId", "url": "https://PORT-ID.proxy.daytona.works", "token"}, the
@@ -107,10 +111,17 @@ Control routes (no auth; not logged):
   POST /_fake/sandbox/{id}/no_perl: the sandbox's image has no perl: its
        commands' PATH becomes one directory, NO_PERL_BIN, holding links to
        every command of the usual PATH but perl and perl*
+  POST /_fake/sandbox/{id}/idle_stop {"seconds": s}: the sandbox is stopped
+       s seconds after the start of the last request about it (API or
+       toolbox), in place of its autoStopInterval; 0 or null: back to that
   POST /_fake/config {"start_delay": {"stopped": s, "archived": s},
-       "create_pending": s}
+       "create_pending": s, "toolbox_url": URL}: toolbox_url is the
+       toolboxProxyUrl answered from then on (a proxy in front of this
+       fake's toolbox; null: this fake's own)
   GET  /_fake/sandbox/{id}: {"state", "root", "running", "starts", "ttlMinutes",
-       "autoStopInterval", "labels", "deadline"}
+       "autoStopInterval", "labels", "deadline", "idle_stops" (how many times
+       the idle stop stopped it), "activities" (POST .../last-activity
+       requests)}
   GET  /_fake/sandboxes: the ids the fake holds
 
 Python 3 standard library only. Run as root (bubblewrap and nsenter).
@@ -315,6 +326,9 @@ class Sandbox:
         self.ptys = {}              # id -> PtySession
         self.pending_until = 0.0
         self.state_timer = None
+        self.idle_stop_s = None     # /_fake/sandbox/{id}/idle_stop
+        self.idle_stops = 0
+        self.activities = 0
 
     def json(self, fake):
         b = self.body
@@ -349,7 +363,8 @@ class Sandbox:
             "sandboxClass": "small",
             "runnerId": "runner-fake",
             "volumes": b.get("volumes") or [],
-            "toolboxProxyUrl": "http://127.0.0.1:%d/toolbox" % fake.port,
+            "toolboxProxyUrl": fake.config.get("toolbox_url")
+                               or "http://127.0.0.1:%d/toolbox" % fake.port,
         }
 
 
@@ -442,11 +457,14 @@ class DaytonaFake(fakehttp.Fake):
             self.later(sb, delay, done)
 
     def reap(self, sb, t):
-        """ttlMinutes deletes; autoStopInterval stops an idle sandbox."""
+        """ttlMinutes deletes; autoStopInterval (or the idle_stop seconds)
+        stops an idle sandbox."""
+        idle = sb.idle_stop_s or (sb.auto_stop * MINUTE if sb.auto_stop else None)
         if sb.ttl and t >= sb.created + sb.ttl * MINUTE:
             self.remove(sb)
-        elif (sb.state == "started" and sb.auto_stop and not self.busy(sb)
-              and t >= sb.last_activity + sb.auto_stop * MINUTE):
+        elif (sb.state == "started" and idle and not self.busy(sb)
+              and t >= sb.last_activity + idle):
+            sb.idle_stops += 1
             self.set_state(sb, "stopped")
 
     @staticmethod
@@ -541,7 +559,7 @@ class DaytonaHandler(fakehttp.Handler):
     # ------------------------------------------------------------ control
     def fake_control(self, path):
         f = FAKE
-        m = re.fullmatch(r"/_fake/sandbox/([^/]+)(/state|/vanish|/no_perl)?", path)
+        m = re.fullmatch(r"/_fake/sandbox/([^/]+)(/state|/vanish|/no_perl|/idle_stop)?", path)
         if path == "/_fake/config" and self.command == "POST":
             body = self.json_body()
             with f.lock:
@@ -568,6 +586,14 @@ class DaytonaHandler(fakehttp.Handler):
         elif m and m.group(2) == "/vanish":
             f.remove(f.find(m.group(1)))
             self.send_json(204, None)
+        elif m and m.group(2) == "/idle_stop":
+            sb = f.find(m.group(1))
+            v = self.json_body().get("seconds")
+            if v is not None and (not isinstance(v, (int, float)) or isinstance(v, bool)
+                                  or v < 0):
+                raise Reply(400, {"error": "seconds must be a number >= 0 or null"})
+            sb.idle_stop_s = float(v) if v else None
+            self.send_json(204, None)
         elif m and m.group(2) == "/no_perl":
             hide_perl(f.find(m.group(1)))
             self.send_json(204, None)
@@ -577,7 +603,8 @@ class DaytonaHandler(fakehttp.Handler):
                                  "running": sb.box.running(), "starts": sb.starts,
                                  "ttlMinutes": sb.ttl, "autoStopInterval": sb.auto_stop,
                                  "labels": sb.labels,
-                                 "deadline": sb.created + sb.ttl * MINUTE if sb.ttl else None})
+                                 "deadline": sb.created + sb.ttl * MINUTE if sb.ttl else None,
+                                 "idle_stops": sb.idle_stops, "activities": sb.activities})
         else:
             raise Reply(404, {"error": "no such control route: " + path})
 
@@ -649,6 +676,7 @@ class DaytonaHandler(fakehttp.Handler):
                                         "url": "https://%d-%s.proxy.daytona.works" % (port, sb.id),
                                         "token": sb.preview_token})
         if meth == "POST" and action == "last-activity":
+            sb.activities += 1
             return self.send_json(201, None)
         if meth == "POST" and action == "snapshot":
             body = self.json_body()

@@ -10,7 +10,10 @@
  *    DAYTONA_ORGANIZATION_ID (sent as X-Daytona-Organization-ID); always as
  *    "Authorization: Bearer ...". Base URL: the client config's "api_url",
  *    else DAYTONA_API_URL, else https://app.daytona.io/api. Region: config
- *    "target", else DAYTONA_TARGET.
+ *    "target", else DAYTONA_TARGET. Client option "refresh_activity_s"
+ *    (see exec; a bad one is a configuration error with context
+ *    option=refresh_activity_s), and the base's "retries",
+ *    "rate_limit_retries" and "max_retry_wait_s".
  *  - create: POST /sandbox. cpu → integer cores (ceil, at least 1);
  *    memory_mb → GB, refused (configuration, context min_mb and step_mb)
  *    unless a multiple of 1024, as Daytona could not enforce it; disk_mb →
@@ -46,7 +49,38 @@
  *    the markers above), which give the output byte for byte (CASE-07):
  *    two requests for such output only. A session the daemon no longer has
  *    (404 about the session: a started sandbox's daemon is a new one) is
- *    dropped and the command sent to another. The command runs as
+ *    dropped and the command sent to another. The exec request's JSON body
+ *    goes as a streamed one (dt_mem_src), so that libcurl, which re-sends
+ *    by itself a request whose kept-alive connection died before any byte
+ *    of an answer, cannot run the command twice.
+ *    Quiet commands (CASE-52): no read timeout of our own; a request the
+ *    path cuts (a proxy or NAT closing an idle connection: a connection
+ *    error without an answer) while the command runs never sends the
+ *    command again: the sandbox's state is read first (GET /sandbox/{id};
+ *    anything but "started": the exec fails, see below); the exec run at
+ *    once is then found in its session (GET /process/session/{sid}: its
+ *    command whose line carries the command's SBX_EXEC_ID mark; not
+ *    listed, the daemon never had the request, as when a kept-alive
+ *    connection had died: sent again, twice at most, then a connection
+ *    error, outcome unknown) and its logs followed
+ *    as a streamed one's are; followed logs that are cut are followed
+ *    again from their start, the bytes already read skipped, as often as
+ *    they are cut (three cuts in a row within 1 s of their start with no
+ *    new byte fail it, outcome unknown). The contract has no keepalive
+ *    frames of the provider's on the followed logs (CASE-52 B: nothing to
+ *    filter). Daytona stops a sandbox autoStopInterval minutes after the
+ *    start of the last request about it, and a quiet command is one long
+ *    request: while commands of a handle run, a thread of the handle's
+ *    renews its activity (POST /sandbox/{id}/last-activity, the SDK's
+ *    refresh_activity) every "refresh_activity_s" seconds (client option,
+ *    0 to 86400; 0: never), by default 60 s, or a quarter of the
+ *    sandbox's autoStopInterval when that is shorter, or never when it is
+ *    0; the first renewal comes that long after the command's start. The
+ *    calls about a running command never wake the sandbox: a sandbox
+ *    stopped under it (not "started" after a cut, or a "not started"
+ *    answer) fails the exec with execution_failed "... was stopped while
+ *    the command ran ...", outcome unknown, context state (CASE-53).
+ *    The command runs as
  *    "sh -c SCRIPT" (cl_shell_script: the cwd on a line of its own,
  *    CASE-46) with its environment as assignments in front of it, so that
  *    nothing stays in the session's shell. A command given as an argv
@@ -152,6 +186,8 @@
 #define DT_START_WAIT_S 300.0   /* bound on waiting for "started" */
 #define DT_IDLE_STOP_MIN 15     /* autoStopInterval when no lifetime was set */
 #define DT_REAP_WINDOW_S 60.0   /* how long a lost create's sandbox is looked for */
+#define DT_REFRESH_S 60.0       /* default seconds between activity renewals */
+#define DT_MAX_REFRESH_S 86400  /* the largest refresh_activity_s */
 
 /* Terminals need the base's WebSocket client (libwebsockets). */
 #ifdef SBX_HAVE_CLOUD_WS
@@ -173,15 +209,29 @@ struct sbx_plugin_client {
     cl_client cl;       /* first member: http, base URL, reaper of the
                          * orphans of creates whose answer was lost */
     char *target;       /* region, or NULL */
+    double refresh_s;   /* client option refresh_activity_s; -1 when not
+                         * set (the default: dt_refresh_every) */
 };
 
 struct sbx_plugin_sandbox {
     cl_sandbox s;       /* first member: the id, the gone flag and the data
                          * plane, toolboxProxyUrl + "/" + id (provider.h) */
-    pthread_mutex_t lock;   /* guards idle */
+    pthread_mutex_t lock;   /* guards idle and the activity renewal's
+                             * fields below */
     struct dt_session *idle;    /* toolbox sessions no command of ours runs
                                  * in, made by this handle, reused by the
                                  * next exec */
+    int auto_stop_min;      /* the sandbox's autoStopInterval, -1 unknown */
+    /* The activity renewal (dt_activity_begin): while running > 0, POST
+     * /sandbox/{id}/last-activity each refresh_every seconds on thread. */
+    pthread_cond_t cond;    /* signalled when running or quit change */
+    int running;            /* commands of this handle running */
+    int quit;               /* the handle is being freed */
+    double refresh_every;   /* seconds; 0 never; -1 not yet worked out */
+    double next_refresh;    /* CLOCK_MONOTONIC seconds */
+    int thread_started;
+    pthread_t thread;
+    int cancel[2];          /* a pipe: written at free, cancels a renewal */
 };
 
 /* A toolbox session of one sandbox handle: "sbx-session-" and 24 hex digits. */
@@ -348,12 +398,15 @@ static int dt_session_lost(cl_http *h, const cl_resp *r)
  * only when @rewind puts its source back at its start); a 404 marks the
  * sandbox gone, unless it is about a file or a directory (a call on the
  * toolbox's /files endpoints, or one whose @rq->what names a file) or a
- * session (dt_session_lost: then @r keeps the 404). Returns 0 with a 2xx answer in @r, -1 otherwise
+ * session (dt_session_lost: then @r keeps the 404). With @wake 0 the
+ * sandbox is never woken: a "not started" answer is an error (@r keeps
+ * it; dt_not_started), for the calls about a command already running,
+ * which a stop ended. Returns 0 with a 2xx answer in @r, -1 otherwise
  * (error stored).
  */
 static int dt_toolbox_rw(struct sbx_plugin_sandbox *sb, const sbx_call_ctx *ctx, cl_req *rq,
                          const char *path, cl_resp *r, int (*rewind)(void *), void *rewind_ud,
-                         const char *op, sbx_error **error)
+                         int wake, const char *op, sbx_error **error)
 {
     if (dt_check(sb, op, error) < 0)
         return -1;
@@ -373,7 +426,7 @@ static int dt_toolbox_rw(struct sbx_plugin_sandbox *sb, const sbx_call_ctx *ctx,
             rc = 0;
             break;
         }
-        if (attempt == 0 && dt_not_started(sb->s.c->cl.http, r)
+        if (attempt == 0 && wake && dt_not_started(sb->s.c->cl.http, r)
             && (!rq->source || (rewind && rewind(rewind_ud) == 0))) {
             if (dt_wake(sb, ctx, op, error) < 0)
                 break;
@@ -394,7 +447,14 @@ static int dt_toolbox_rw(struct sbx_plugin_sandbox *sb, const sbx_call_ctx *ctx,
 static int dt_toolbox(struct sbx_plugin_sandbox *sb, const sbx_call_ctx *ctx, cl_req *rq,
                       const char *path, cl_resp *r, const char *op, sbx_error **error)
 {
-    return dt_toolbox_rw(sb, ctx, rq, path, r, NULL, NULL, op, error);
+    return dt_toolbox_rw(sb, ctx, rq, path, r, NULL, NULL, 1, op, error);
+}
+
+/* dt_toolbox() that never wakes the sandbox (see dt_toolbox_rw). */
+static int dt_toolbox_nowake(struct sbx_plugin_sandbox *sb, const sbx_call_ctx *ctx, cl_req *rq,
+                             const char *path, cl_resp *r, const char *op, sbx_error **error)
+{
+    return dt_toolbox_rw(sb, ctx, rq, path, r, NULL, NULL, 0, op, error);
 }
 
 /* ------------------------------------------------------------------------ */
@@ -406,6 +466,28 @@ CL_SETUP(dt_setup, DT_BACKEND)
 static void dt_client_clear(sbx_plugin_client *c)
 {
     free(c->target);
+}
+
+/* The client option "refresh_activity_s": seconds from 0 to a day (0: the
+ * activity is never renewed); -1 in *@out when absent. -1 with a
+ * configuration error naming it otherwise. */
+static int dt_refresh_option(json_object *cfg, double *out, sbx_error **error)
+{
+    json_object *v;
+    *out = -1;
+    if (!cfg || !json_object_object_get_ex(cfg, "refresh_activity_s", &v))
+        return 0;
+    double d = -1;
+    if ((!json_object_is_type(v, json_type_int) && !json_object_is_type(v, json_type_double))
+        || !isfinite(d = json_object_get_double(v)) || d < 0 || d > DT_MAX_REFRESH_S) {
+        cl_context(cl_fail(error, SBX_ERROR_CONFIGURATION, "client_new",
+                           "daytona client option refresh_activity_s %s is not a number of "
+                           "seconds from 0 to %d", json_object_to_json_string(v),
+                           DT_MAX_REFRESH_S), "option", "refresh_activity_s");
+        return -1;
+    }
+    *out = d;
+    return 0;
 }
 
 /* The API key, else a JWT, which acts for the organization named. */
@@ -439,6 +521,8 @@ static int dt_client_new(const char *config_json, sbx_plugin_client **client, sb
         cl_fail(error, SBX_ERROR_RESOURCE_EXHAUSTED, op, "out of memory");
         goto fail;
     }
+    if (dt_refresh_option(cfg, &c->refresh_s, error) < 0)
+        goto fail;
     const char *t = cl_json_str(cfg, "target");
     if (!t)
         t = getenv("DAYTONA_TARGET");
@@ -463,11 +547,153 @@ static struct sbx_plugin_sandbox *dt_sandbox_new(struct sbx_plugin_client *c, co
     char *base = toolbox_base ? cl_trim_slash(toolbox_base) : NULL;
     char *tb = base ? cl_printf("%s/%s", base, id) : NULL;
     struct sbx_plugin_sandbox *sb = cl_sandbox_new_at(sizeof(*sb), c, id, workdir, tb);
-    if (sb)
+    if (sb) {
         pthread_mutex_init(&sb->lock, NULL);
+        pthread_condattr_t ca;
+        pthread_condattr_init(&ca);
+        pthread_condattr_setclock(&ca, CLOCK_MONOTONIC);
+        pthread_cond_init(&sb->cond, &ca);
+        pthread_condattr_destroy(&ca);
+        sb->auto_stop_min = -1;
+        sb->refresh_every = -1;
+        sb->cancel[0] = sb->cancel[1] = -1;
+    }
     free(base);
     free(tb);
     return sb;
+}
+
+/* ------------------------------------------------------------------------ */
+/* Activity renewal (CASE-52 D)                                              */
+/* ------------------------------------------------------------------------ */
+
+/* Daytona stops a sandbox autoStopInterval minutes after the start of the
+ * last request about it; a command that runs longer in one quiet request
+ * (run at once, or its followed logs) would be stopped under it. So while
+ * commands of a handle run, its sandbox's activity is renewed (POST
+ * /sandbox/{id}/last-activity, the SDK's refresh_activity) every
+ * dt_refresh_every() seconds, on a thread of the handle's. */
+
+/* The seconds between renewals: the client option refresh_activity_s when
+ * set (0: never), else DT_REFRESH_S, or a quarter of the sandbox's
+ * autoStopInterval when that is shorter, or never when it is 0 (no idle
+ * stop). */
+static double dt_refresh_every(struct sbx_plugin_sandbox *sb)
+{
+    double set = sb->s.c->refresh_s;
+    if (set >= 0)
+        return set;
+    if (sb->auto_stop_min == 0)
+        return 0;
+    if (sb->auto_stop_min > 0 && sb->auto_stop_min * 60.0 / 4 < DT_REFRESH_S)
+        return sb->auto_stop_min * 60.0 / 4;
+    return DT_REFRESH_S;
+}
+
+/* The renewal thread: a POST each refresh_every seconds while running > 0;
+ * a failed one is logged (the next one may pass). */
+static void *dt_activity_main(void *ud)
+{
+    struct sbx_plugin_sandbox *sb = ud;
+    pthread_mutex_lock(&sb->lock);
+    while (!sb->quit) {
+        double now = cl_now();
+        if (!sb->running) {
+            pthread_cond_wait(&sb->cond, &sb->lock);
+            continue;
+        }
+        if (now < sb->next_refresh) {
+            struct timespec ts;
+            double at = sb->next_refresh;
+            ts.tv_sec = (time_t)at;
+            ts.tv_nsec = (long)((at - (double)ts.tv_sec) * 1e9);
+            pthread_cond_timedwait(&sb->cond, &sb->lock, &ts);
+            continue;
+        }
+        pthread_mutex_unlock(&sb->lock);
+        sbx_call_ctx ctx = { sizeof(ctx), cl_now() + 30, sb->cancel[0], NULL };
+        cl_resp r = { 0 };
+        int rc = dt_sbcall(sb->s.c, &ctx, "POST", sb->s.id, "/last-activity", NULL, CL_SAFE, &r,
+                           "exec", "renew the sandbox's activity", NULL);
+        if (rc < 0 || r.status / 100 != 2)
+            CL_LOG(SBX_LOG_WARNING, "sandbox %s: the renewal of its activity failed (%s)",
+                   sb->s.id, rc < 0 ? cl_last()->msg : "an error answer");
+        cl_resp_clear(&r);
+        pthread_mutex_lock(&sb->lock);
+        sb->next_refresh = cl_now() + sb->refresh_every;
+    }
+    pthread_mutex_unlock(&sb->lock);
+    return NULL;
+}
+
+/* A command of @sb's starts: the renewal runs from now on (its first POST
+ * dt_refresh_every() seconds from now: the command's first request is
+ * activity too). The thread is started at the first command; when it
+ * cannot be, a warning, and no renewal. */
+static void dt_activity_begin(struct sbx_plugin_sandbox *sb)
+{
+    pthread_mutex_lock(&sb->lock);
+    if (sb->refresh_every < 0)
+        sb->refresh_every = dt_refresh_every(sb);
+    if (sb->refresh_every > 0 && sb->running++ == 0) {
+        sb->next_refresh = cl_now() + sb->refresh_every;
+        if (!sb->thread_started) {
+            int e = pipe2(sb->cancel, O_CLOEXEC) < 0 ? errno
+                    : pthread_create(&sb->thread, NULL, dt_activity_main, sb);
+            if (e == 0) {
+                sb->thread_started = 1;
+            } else {
+                CL_LOG(SBX_LOG_WARNING, "sandbox %s: no renewal of its activity while "
+                       "commands run (%s): Daytona may stop it after its idle time", sb->s.id,
+                       strerror(e));
+                if (sb->cancel[0] >= 0) {
+                    close(sb->cancel[0]);
+                    close(sb->cancel[1]);
+                    sb->cancel[0] = sb->cancel[1] = -1;
+                }
+                sb->refresh_every = 0;
+                sb->running = 0;
+            }
+        }
+        pthread_cond_broadcast(&sb->cond);
+    }
+    pthread_mutex_unlock(&sb->lock);
+}
+
+/* A command of @sb's has ended (each dt_activity_begin has one). */
+static void dt_activity_end(struct sbx_plugin_sandbox *sb)
+{
+    pthread_mutex_lock(&sb->lock);
+    if (sb->refresh_every > 0 && sb->running > 0 && --sb->running == 0)
+        pthread_cond_broadcast(&sb->cond);
+    pthread_mutex_unlock(&sb->lock);
+}
+
+/* The sandbox's autoStopInterval from its Sandbox answer @j, when there. */
+static void dt_auto_stop_of(struct sbx_plugin_sandbox *sb, json_object *j)
+{
+    int64_t m;
+    if (cl_json_int(j, "autoStopInterval", &m) == 1 && m >= 0 && m < 1000000)
+        sb->auto_stop_min = (int)m;
+}
+
+/* Ends the renewal thread (a renewal under way is cancelled). */
+static void dt_activity_stop(struct sbx_plugin_sandbox *sb)
+{
+    pthread_mutex_lock(&sb->lock);
+    sb->quit = 1;
+    pthread_cond_broadcast(&sb->cond);
+    int started = sb->thread_started;
+    pthread_mutex_unlock(&sb->lock);
+    if (!started)
+        return;
+    ssize_t w = write(sb->cancel[1], "x", 1);
+    (void)w;
+    pthread_join(sb->thread, NULL);
+    close(sb->cancel[0]);
+    close(sb->cancel[1]);
+    sb->cancel[0] = sb->cancel[1] = -1;
+    sb->thread_started = 0;
 }
 
 /* @path as the toolbox gets it (provider.h): a relative one under the
@@ -479,11 +705,13 @@ static void dt_sandbox_free(sbx_plugin_sandbox *sb)
 {
     if (!sb)
         return;
+    dt_activity_stop(sb);
     /* The sandbox lives on (not destroyed, not gone): the handle's idle
      * sessions are deleted, so that no shell of ours stays in it. */
     for (dt_session *s; !cl_gone_get(&sb->s.gone) && (s = dt_pool_take(sb)) != NULL; free(s))
         dt_session_delete(sb, s->id);
     dt_pool_drop(sb);
+    pthread_cond_destroy(&sb->cond);
     pthread_mutex_destroy(&sb->lock);
     cl_sandbox_free(sb);
 }
@@ -709,6 +937,7 @@ static int dt_create(sbx_plugin_client *client, const sbx_call_ctx *ctx,
         sb = cl_create_undo(sb, c, dt_delete, id, 0, dt_sandbox_free, op, error);
         goto out;
     }
+    dt_auto_stop_of(sb, j);
     if ((strcmp(dt_state(j), "started") != 0 && dt_wake(sb, ctx, op, error) < 0)
         || (sb->s.workdir && cl_make_workdir(sb, dt_run_short, ctx, DT_BACKEND, sb->s.workdir, op,
                                            error) < 0)) {
@@ -788,6 +1017,7 @@ static int dt_resume(sbx_plugin_client *client, const sbx_call_ctx *ctx, const c
         dt_sandbox_free(sb);
         goto out;
     }
+    dt_auto_stop_of(sb, j);
     *sandbox = sb;
     rc = 0;
 out:
@@ -1027,7 +1257,7 @@ static int dt_upload(struct sbx_plugin_sandbox *sb, const sbx_call_ctx *ctx, con
                       .source_ud = &m, .source_len = -1, .idempotent = CL_UNSAFE,
                       .what = "upload the file" };
         cl_resp r = { 0 };
-        rc = dt_toolbox_rw(sb, ctx, &rq, q, &r, f ? dt_mp_rewind : NULL, &m, op, error);
+        rc = dt_toolbox_rw(sb, ctx, &rq, q, &r, f ? dt_mp_rewind : NULL, &m, 1, op, error);
         if (rc < 0)
             dt_path_error(error, op, path);
         cl_resp_clear(&r);
@@ -1397,6 +1627,155 @@ static void dt_exec_cut(struct sbx_plugin_sandbox *sb, cl_proc *base, const char
     json_object_put(v);
 }
 
+/* A command's followed logs, read again from their start after a cut: the
+ * first @consumed bytes were demultiplexed already, and are skipped. */
+typedef struct dt_follow {
+    dt_demux d;
+    uint64_t consumed;      /* log bytes demultiplexed so far */
+    uint64_t pos;           /* log bytes of this reading so far */
+    int failed;             /* the host took no more output (no cut) */
+} dt_follow;
+
+static int dt_follow_sink(void *ud, const char *data, size_t n)
+{
+    dt_follow *f = ud;
+    if (f->pos < f->consumed) {
+        uint64_t skip = f->consumed - f->pos;
+        if (skip > n)
+            skip = n;
+        f->pos += skip;
+        data += skip;
+        n -= (size_t)skip;
+    }
+    if (!n)
+        return 0;
+    f->pos += n;
+    f->consumed += n;
+    if (dt_demux_sink(&f->d, data, n) < 0) {
+        f->failed = 1;
+        return -1;
+    }
+    return 0;
+}
+
+/* A body in memory sent as a streamed one (cl_req source): libcurl
+ * re-sends by itself a request whose kept-alive connection died before a
+ * byte of the answer came, whatever its method, when it can put its body
+ * back at its start; a streamed body without a seek callback it cannot,
+ * so the request fails instead (CASE-52: a command run at once is quiet
+ * until it ends, and a path that closes quiet connections would run it a
+ * second time). dt_mem_rewind puts it back for a send of our own, after
+ * a "not started" answer (the command did not run). */
+typedef struct dt_mem_src {
+    const char *data;
+    size_t len, off;
+} dt_mem_src;
+
+static ssize_t dt_mem_read(void *ud, char *buf, size_t cap)
+{
+    dt_mem_src *m = ud;
+    size_t n = m->len - m->off;
+    if (n > cap)
+        n = cap;
+    memcpy(buf, m->data + m->off, n);
+    m->off += n;
+    return (ssize_t)n;
+}
+
+static int dt_mem_rewind(void *ud)
+{
+    ((dt_mem_src *)ud)->off = 0;
+    return 0;
+}
+
+/* 1 when the request that just failed (@r) was cut on the path: a
+ * connection error without an answer after it may have reached the
+ * daemon, not a cancel of ours nor a refused connection. */
+static int dt_was_cut(cl_proc *base, const cl_resp *r)
+{
+    const cl_last_error *l = cl_last();
+    return l->code == SBX_ERROR_CONNECTION && l->http_status == 0 && r->lost
+           && !cl_proc_stopping(base);
+}
+
+/*
+ * A request about a running command was cut, or answered "not started":
+ * the sandbox's state says which. 0 when it is "started" (the path cut
+ * the request; the command runs on and is followed again). Otherwise -1
+ * with the error as this thread's last: gone (404), or, any other state,
+ * an execution failure "stopped while the command ran" whose outcome is
+ * unknown (the command ended with the sandbox; CASE-52 D, CASE-53), the
+ * state in dt_wake_state (the failure's context "state"); or the GET's
+ * own error.
+ */
+static int dt_exec_lost(struct sbx_plugin_sandbox *sb, const char *op)
+{
+    sbx_call_ctx c2 = { sizeof(c2), cl_now() + 30, -1, NULL };
+    long status = 0;
+    json_object *v = dt_get(sb->s.c, &c2, sb->s.id, &status, op, NULL);
+    if (!v) {
+        if (status == 404) {
+            dt_fail_gone(sb, NULL, op);
+            cl_outcome_unknown(NULL);
+        }
+        return -1;
+    }
+    const char *state = dt_state(v);
+    int rc = 0;
+    if (strcmp(state, "started") != 0) {
+        cl_outcome_unknown(cl_fail(NULL, SBX_ERROR_EXECUTION_FAILED, op,
+                                   "daytona sandbox %s was stopped while the command ran (its "
+                                   "state is now %s): the command ended with it and its result "
+                                   "is lost", sb->s.id, state));
+        snprintf(dt_wake_state, sizeof dt_wake_state, "%s", state);
+        rc = -1;
+    }
+    json_object_put(v);
+    return rc;
+}
+
+/* The id of @p's command in the session @sid, after the request that
+ * started it was cut (@cut: how): GET /process/session/{sid} lists the
+ * session's commands, and the one whose line carries @p's mark is it. A
+ * new string; NULL with the error as this thread's last when the GET
+ * failed, or, *@unlisted set, when the session does not list it (the
+ * daemon never had the request: a connection error, outcome unknown). */
+static char *dt_find_command(struct sbx_plugin_sandbox *sb, const sbx_call_ctx *ctx, dt_proc *p,
+                             const char *sid, const char *cut, int *unlisted, const char *op)
+{
+    *unlisted = 0;
+    char *path = cl_printf("/process/session/%s", sid);
+    char *mark = cl_printf(CL_EXEC_MARK "=%s ", p->tag);
+    cl_req rq = { .method = "GET", .idempotent = CL_SAFE, .what = "list the session's commands" };
+    cl_resp r = { 0 };
+    char *id = NULL;
+    if (!path || !mark) {
+        cl_fail(NULL, SBX_ERROR_RESOURCE_EXHAUSTED, op, "out of memory");
+    } else if (dt_toolbox_nowake(sb, ctx, &rq, path, &r, op, NULL) == 0) {
+        json_object *j = cl_resp_json(&r, op, "list the session's commands", NULL);
+        json_object *cmds = j ? cl_json_path(j, "commands", NULL) : NULL;
+        size_t n = json_object_is_type(cmds, json_type_array) ? json_object_array_length(cmds)
+                                                              : 0;
+        for (size_t i = 0; i < n && !id; i++) {
+            json_object *e = json_object_array_get_idx(cmds, i);
+            const char *line = cl_json_str(e, "command"), *cid = cl_json_str(e, "id");
+            if (line && cid && strstr(line, mark))
+                id = strdup(cid);
+        }
+        if (j && !id) {
+            *unlisted = 1;
+            cl_outcome_unknown(cl_fail(NULL, SBX_ERROR_CONNECTION, op, "daytona: the request "
+                                       "that started the command was cut (%s) and its session "
+                                       "does not list it: its outcome is unknown", cut));
+        }
+        json_object_put(j);
+    }
+    cl_resp_clear(&r);
+    free(path);
+    free(mark);
+    return id;
+}
+
 /*
  * The command's worker: its stdin uploaded (when given), then
  * POST /process/session/{sid}/exec {"command", "runAsync": true} in an
@@ -1414,6 +1793,14 @@ static void dt_exec_cut(struct sbx_plugin_sandbox *sb, cl_proc *base, const char
  * bytes, each piece prefixed by its stream's marker), a second request
  * for such output only. The session goes back to the handle's pool when
  * its command has ended, and is deleted when that is not known.
+ * A request the path cuts while the command runs (CASE-52: a proxy or NAT
+ * that closes a quiet connection) never sends the command again: the exec
+ * run at once is found in its session by its mark (dt_find_command), and
+ * then, as a streamed one, its logs are followed again from where they
+ * were cut, as often as they are cut, once its sandbox is seen "started"
+ * (a command its session does not list never reached the daemon: it is
+ * sent again, twice at most);
+ * a sandbox stopped under it fails the exec (dt_exec_lost).
  */
 static int dt_exec_run(cl_proc *base)
 {
@@ -1427,6 +1814,7 @@ static int dt_exec_run(cl_proc *base)
     int code = -1;
     dt_session *s = NULL;       /* the session a command of ours may run in */
     cl_resp r = { 0 };
+    dt_activity_begin(sb);
 
     /* Its stdin, uploaded first (spooled, so that it can be sent again
      * after a wake). */
@@ -1448,15 +1836,19 @@ static int dt_exec_run(cl_proc *base)
     /* The command, in an idle session or a new one; a pooled session the
      * daemon no longer has (a 404 about it: the command did not run) is
      * dropped and the next one tried. */
-    for (;;) {
+    for (int resent = 0;;) {
         s = dt_pool_take(sb);
         int pooled = s != NULL;
         if (!s && !(s = dt_session_open(sb, &ctx, op)))
             goto fail;
         path = cl_printf("/process/session/%s/exec", s->id);
-        cl_req rq = { .method = "POST", .body = ebs, .body_len = strlen(ebs),
-                      .idempotent = CL_UNSAFE, .what = "start the command" };
-        int rc = path ? dt_toolbox(sb, &ctx, &rq, path, &r, op, NULL) : -1;
+        dt_mem_src src = { ebs, strlen(ebs), 0 };
+        cl_req rq = { .method = "POST", .content_type = "application/json",
+                      .source = dt_mem_read, .source_ud = &src,
+                      .source_len = (int64_t)src.len, .idempotent = CL_UNSAFE,
+                      .what = "start the command" };
+        int rc = path ? dt_toolbox_rw(sb, &ctx, &rq, path, &r, dt_mem_rewind, &src, 1, op, NULL)
+                      : -1;
         free(path);
         path = NULL;
         if (rc == 0)
@@ -1466,6 +1858,31 @@ static int dt_exec_run(cl_proc *base)
             s = NULL;
             if (pooled)
                 continue;
+        }
+        if (rc < 0 && dt_was_cut(base, &r)) {
+            /* Cut on the path (a quiet command run at once): the command
+             * may run on. It is looked for in its session and followed;
+             * it is never sent again. Only a request the daemon never had
+             * (its session does not list the command: a kept-alive
+             * connection that had died, which libcurl would have re-sent
+             * by itself) is sent again, twice at most. */
+            char why[256];
+            snprintf(why, sizeof why, "%.250s", cl_last()->msg);
+            CL_LOG(SBX_LOG_DEBUG, "daytona: the request running command %s was cut (%s): "
+                   "looking for it in session %s", p->tag, why, s->id);
+            int unlisted = 0;
+            if (dt_exec_lost(sb, op) < 0)
+                goto fail;
+            cmd_id = dt_find_command(sb, &ctx, p, s->id, why, &unlisted, op);
+            if (cmd_id)
+                goto follow;
+            if (unlisted && resent++ < 2) {
+                CL_LOG(SBX_LOG_DEBUG, "daytona: session %s never had command %s: sending it "
+                       "again", s->id, p->tag);
+                dt_pool_put(sb, s);
+                s = NULL;
+                continue;
+            }
         }
         goto fail;
     }
@@ -1503,16 +1920,48 @@ static int dt_exec_run(cl_proc *base)
         goto fail;
     }
     cmd_id = strdup(id);
-    /* Output as it comes. */
+follow:
+    /* Output as it comes; the logs followed again from where they were
+     * when the path cuts them (its sandbox still "started"), never the
+     * command sent again. Three cuts in a row within 1 s of their start
+     * and with no new byte fail the exec (outcome unknown). Nothing here
+     * wakes the sandbox: one that was stopped ended the command. */
     path = cmd_id ? cl_printf("/process/session/%s/command/%s/logs?follow=true", s->id, cmd_id)
                   : NULL;
-    dt_demux d = { p, 1, { 0, 0 }, 0 };
-    cl_req rq3 = { .method = "GET", .sink = dt_demux_sink, .sink_ud = &d,
-                   .idempotent = CL_UNSAFE, .what = "follow the command's output" };
-    if (!path || dt_toolbox(sb, &ctx, &rq3, path, &r, op, NULL) < 0)
+    if (!path) {
+        cl_fail(NULL, SBX_ERROR_RESOURCE_EXHAUSTED, op, "out of memory");
         goto fail;
-    if (d.nheld)
-        cl_proc_output(&p->base, d.stream, d.held, d.nheld);
+    }
+    dt_follow f = { { p, 1, { 0, 0 }, 0 }, 0, 0, 0 };
+    for (int quick = 0;;) {
+        cl_req rq3 = { .method = "GET", .sink = dt_follow_sink, .sink_ud = &f,
+                       .idempotent = CL_UNSAFE, .what = "follow the command's output" };
+        uint64_t before = f.consumed;
+        double t0 = cl_now();
+        f.pos = 0;
+        if (dt_toolbox_nowake(sb, &ctx, &rq3, path, &r, op, NULL) == 0)
+            break;
+        if (dt_not_started(sb->s.c->cl.http, &r)) {
+            dt_exec_lost(sb, op);
+            goto fail;
+        }
+        if (f.failed || !dt_was_cut(base, &r))
+            goto fail;
+        if (f.consumed > before || cl_now() - t0 >= 1.0) {
+            quick = 0;
+        } else if (++quick >= 3) {
+            cl_outcome_unknown(NULL);
+            goto fail;
+        }
+        char why[256];
+        snprintf(why, sizeof why, "%.250s", cl_last()->msg);
+        if (dt_exec_lost(sb, op) < 0)
+            goto fail;
+        CL_LOG(SBX_LOG_DEBUG, "daytona: the output of command %s was cut (%s): following it "
+               "again", cmd_id, why);
+    }
+    if (f.d.nheld)
+        cl_proc_output(&p->base, f.d.stream, f.d.held, f.d.nheld);
     /* Its exit code (the logs end with the command). */
     free(path);
     path = cl_printf("/process/session/%s/command/%s", s->id, cmd_id);
@@ -1520,8 +1969,11 @@ static int dt_exec_run(cl_proc *base)
         cl_req rq4 = { .method = "GET", .idempotent = CL_SAFE, .what = "get the command" };
         json_object_put(j);
         j = NULL;
-        if (!path || dt_toolbox(sb, &ctx, &rq4, path, &r, op, NULL) < 0)
+        if (!path || dt_toolbox_nowake(sb, &ctx, &rq4, path, &r, op, NULL) < 0) {
+            if (path && dt_not_started(sb->s.c->cl.http, &r))
+                dt_exec_lost(sb, op);
             goto fail;
+        }
         j = cl_resp_json(&r, op, "get the command", NULL);
         if (!j)
             goto fail;
@@ -1566,6 +2018,7 @@ out:
     }
     if (code < 0 && dt_is_gone(sb))
         cl_proc_gone(base, sb->s.id);
+    dt_activity_end(sb);
     json_object_put(j);
     json_object_put(eb);
     free(stdin_path);
@@ -1685,6 +2138,7 @@ static int dt_pty_run(cl_proc *base)
                      .run = p->sp.run_short, .tag = p->sp.tag, .stdin_fd = p->sp.stdin_fd };
     json_object *body = json_object_new_object(), *envs = json_object_new_object();
     cl_ws *ws = NULL;
+    dt_activity_begin(sb);
     if (!script || !body || !envs) {
         cl_fail(NULL, SBX_ERROR_RESOURCE_EXHAUSTED, op, "out of memory");
         json_object_put(envs);
@@ -1765,6 +2219,7 @@ out:
     p->over = 1;
     pthread_cond_broadcast(&p->cond);
     pthread_mutex_unlock(&p->lock);
+    dt_activity_end(sb);
     cl_ws_free(ws);
     free(path);
     free(script);
@@ -1899,7 +2354,10 @@ static int dt_exec_start(sbx_plugin_sandbox *sb, const sbx_call_ctx *ctx,
 static const sbx_plugin dt_plugin = {
     CL_PLUGIN_HEAD(DT_BACKEND),
     CL_PLUGIN_SLOTS(dt),
-    .description = "Daytona sandboxes (REST API and Toolbox API) over libcurl",
+    .description = "Daytona sandboxes (REST API and Toolbox API) over libcurl; the client "
+                   "option refresh_activity_s (seconds, default 60; 0: never) is how often "
+                   "the sandbox's activity is renewed while commands run, so that its idle "
+                   "stop does not stop it under a quiet one",
     .caps = DT_CAPS,
     .sandbox_free = dt_sandbox_free,
     .snapshot = dt_snapshot,
