@@ -29,6 +29,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <curl/curl.h>
 #include <json-c/json.h>
 
 /* ------------------------------------------------------------------------ */
@@ -873,6 +874,199 @@ Test(transport, dropped_after_sending_is_resent_only_when_safe)
         free(err);
         cl_resp_clear(&r);
         cl_http_free(h);
+    }
+}
+
+/* A kept-alive host: on each connection it answers the first request 200
+ * (kept alive), reads the second one whole and closes the connection
+ * without an answer (a connection that died under a request). It counts
+ * the requests it read, and those of each method. */
+typedef struct ka_server {
+    int fd, port;
+    pthread_t thread;
+    pthread_mutex_t lock;
+    int requests, posts, deletes, stop;
+} ka_server;
+
+/* Reads one request whole from @c (headers, then Content-Length bytes):
+ * 1 with its method's first letter in *@m, 0 at the end of the
+ * connection. */
+static int ka_read(int c, char *m)
+{
+    char buf[8192];
+    size_t len = 0;
+    char *end = NULL;
+    while (!end && len < sizeof(buf) - 1) {
+        ssize_t r = read(c, buf + len, 1);  /* byte by byte: no read past it */
+        if (r <= 0)
+            return 0;
+        len += (size_t)r;
+        buf[len] = '\0';
+        end = strstr(buf, "\r\n\r\n");
+    }
+    if (!end)
+        return 0;
+    *m = buf[0];
+    const char *cl = strcasestr(buf, "\r\nContent-Length:");
+    size_t want = cl ? strtoul(cl + 17, NULL, 10) : 0;
+    while (want > 0) {
+        ssize_t r = read(c, buf, want < sizeof(buf) ? want : sizeof(buf));
+        if (r <= 0)
+            return 0;
+        want -= (size_t)r;
+    }
+    return 1;
+}
+
+static void *serve_keepalive(void *ud)
+{
+    ka_server *sv = ud;
+    for (;;) {
+        int c = accept(sv->fd, NULL, NULL);
+        if (c < 0)
+            return NULL;
+        pthread_mutex_lock(&sv->lock);
+        int stop = sv->stop;
+        pthread_mutex_unlock(&sv->lock);
+        if (stop) {
+            close(c);
+            return NULL;
+        }
+        char m;
+        for (int k = 0; k < 2 && ka_read(c, &m); k++) {
+            pthread_mutex_lock(&sv->lock);
+            sv->requests++;
+            sv->posts += m == 'P';
+            sv->deletes += m == 'D';
+            pthread_mutex_unlock(&sv->lock);
+            if (k == 0) {
+                static const char ok[] = "HTTP/1.1 200 OK\r\nContent-Type: application/json\r\n"
+                                         "Content-Length: 2\r\n\r\n{}";
+                ssize_t w = write(c, ok, sizeof(ok) - 1);
+                (void)w;
+            }
+        }
+        close(c);
+    }
+}
+
+static void ka_start(ka_server *sv)
+{
+    memset(sv, 0, sizeof(*sv));
+    pthread_mutex_init(&sv->lock, NULL);
+    sv->fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+    cr_assert_geq(sv->fd, 0);
+    struct sockaddr_in a = { .sin_family = AF_INET };
+    a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    socklen_t al = sizeof(a);
+    cr_assert_eq(bind(sv->fd, (struct sockaddr *)&a, sizeof(a)), 0);
+    cr_assert_eq(listen(sv->fd, 16), 0);
+    cr_assert_eq(getsockname(sv->fd, (struct sockaddr *)&a, &al), 0);
+    sv->port = ntohs(a.sin_port);
+    cr_assert_eq(pthread_create(&sv->thread, NULL, serve_keepalive, sv), 0);
+}
+
+/* Stops the server (a last connection wakes its accept). */
+static void ka_stop(ka_server *sv)
+{
+    pthread_mutex_lock(&sv->lock);
+    sv->stop = 1;
+    pthread_mutex_unlock(&sv->lock);
+    int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+    struct sockaddr_in a = { .sin_family = AF_INET, .sin_port = htons((uint16_t)sv->port) };
+    a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    cr_assert_eq(connect(fd, (struct sockaddr *)&a, sizeof(a)), 0);
+    close(fd);
+    pthread_join(sv->thread, NULL);
+    close(sv->fd);
+    pthread_mutex_destroy(&sv->lock);
+}
+
+/* The second call of a client to a kept-alive host that closes the
+ * connection under it (see ka_server): a GET first (answered, its
+ * connection kept), then @method with @body (NULL: none) and @idem. */
+static int second_on_a_dying_connection(ka_server *sv, const char *method, const char *body,
+                                        cl_idempotency idem, cl_resp *r, sbx_error **err)
+{
+    char url[64];
+    snprintf(url, sizeof(url), "http://127.0.0.1:%d/sandbox/sb-1", sv->port);
+    sbx_call_ctx ctx = { .struct_size = sizeof(ctx), .cancel_fd = -1 };
+    cl_http *h = quick_client(3, 0);
+    cl_req first = { .method = "GET", .url = url, .idempotent = CL_SAFE, .secs = 30 };
+    cr_assert_eq(cl_request(h, &ctx, &first, r, "is_alive", err), 0, "%s",
+                 *err ? (*err)->msg : "");
+    cr_assert_eq(r->status, 200);
+    cl_resp_clear(r);
+    cl_req rq = { .method = method, .url = url, .body = body, .body_len = body ? strlen(body) : 0,
+                  .idempotent = idem, .secs = 30, .what = "start the command" };
+    int rc = cl_request(h, &ctx, &rq, r, "exec", err);
+    cl_http_free(h);
+    return rc;
+}
+
+/* libcurl re-sends by itself a request whose kept-alive connection died
+ * before any byte of the answer: a CL_UNSAFE one (a POST with a body, a
+ * POST without one, a DELETE) is never sent again: the server read one
+ * copy of it and the call is a connection error of outcome unknown, named
+ * for the lost connection. */
+Test(transport, unsafe_is_not_resent_when_a_kept_alive_connection_dies)
+{
+    static const struct { const char *method, *body; } cases[] = {
+        { "POST", "{\"command\":\"echo once\"}" }, { "POST", NULL }, { "DELETE", NULL },
+    };
+    for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) {
+        ka_server sv;
+        ka_start(&sv);
+        cl_resp r;
+        sbx_error *err = NULL;
+        int rc = second_on_a_dying_connection(&sv, cases[i].method, cases[i].body, CL_UNSAFE,
+                                              &r, &err);
+        ka_stop(&sv);
+        const char *what = cases[i].body ? "POST with a body" : cases[i].method;
+#if LIBCURL_VERSION_NUM >= 0x075000 /* 7.80.0: see on_prereq in http.c */
+        cr_assert_eq(rc, -1, "%s: %d, HTTP %ld", what, rc, r.status);
+        cr_assert_not_null(err);
+        cr_assert_eq(err->code, SBX_ERROR_CONNECTION, "%s: %s", what, err->msg);
+        cr_assert_eq(err->unknown, 1, "%s: the outcome of %s", what, err->msg);
+        cr_assert(strstr(err->msg, "the connection was lost before an answer came") != NULL,
+                  "%s: %s", what, err->msg);
+        cr_assert_eq(r.lost, 1, "%s", what);
+        cr_assert_eq(r.attempts, 1, "%s", what);
+        cr_assert_eq(sv.requests, 2, "%s: %d requests", what, sv.requests);
+#else
+        /* (Before libcurl 7.80 the request takes a new connection.) */
+        cr_assert_eq(rc, 0, "%s: %s", what, err ? err->msg : "");
+        cr_assert_eq(r.status, 200);
+#endif
+        cr_assert_eq(sv.posts + sv.deletes, 1, "%s: sent %d times", what,
+                     sv.posts + sv.deletes);
+        free(err);
+        cl_resp_clear(&r);
+    }
+}
+
+/* The same for a CL_SAFE call (a read, a POST with a body): libcurl sends
+ * it again on a new connection, answered there: 200, three requests in all
+ * (the GET, the one the connection died under, its copy). */
+Test(transport, safe_is_resent_when_a_kept_alive_connection_dies)
+{
+    static const struct { const char *method, *body; } cases[] = {
+        { "GET", NULL }, { "POST", "{\"name\":\"sbx-1\"}" },
+    };
+    for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) {
+        ka_server sv;
+        ka_start(&sv);
+        cl_resp r;
+        sbx_error *err = NULL;
+        int rc = second_on_a_dying_connection(&sv, cases[i].method, cases[i].body, CL_SAFE, &r,
+                                              &err);
+        ka_stop(&sv);
+        cr_assert_eq(rc, 0, "%s: %s", cases[i].method, err ? err->msg : "");
+        cr_assert_null(err);
+        cr_assert_eq(r.status, 200);
+        cr_assert_eq(sv.requests, 3, "%s: %d requests", cases[i].method, sv.requests);
+        cr_assert_eq(sv.posts, cases[i].body ? 2 : 0);
+        cl_resp_clear(&r);
     }
 }
 

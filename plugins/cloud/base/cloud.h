@@ -424,7 +424,10 @@ typedef struct cl_resp {
  * failure, bound expired (timeout), cancelled, a source or sink aborted, or
  * a 429 whose Retry-After passes the policy's max_wait_s (rate_limited with
  * context retry_after_s, at once). A request that failed after it may
- * have reached the provider and is CL_UNSAFE fails with outcome unknown.
+ * have reached the provider and is CL_UNSAFE fails with outcome unknown;
+ * libcurl's own re-send of a request whose kept-alive connection died
+ * before any byte of the answer is refused for it too (a connection error,
+ * outcome unknown, resp->lost set), while a CL_SAFE one keeps it.
  * After retries are exhausted on 429 / 5xx it returns 0 with that status.
  *
  * Rate-limited creates: a POST whose body holds @ctx's create_token (the

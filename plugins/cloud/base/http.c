@@ -16,7 +16,10 @@
  * Retries (CASE-19): an attempt is repeated when it got 429 or 5xx, or a
  * transport error, and the request is CL_SAFE; a transport error before
  * the request could reach the server (no connection) is repeated for any
- * request. The wait is the answer's Retry-After (seconds or an HTTP-date,
+ * request. libcurl's own re-send on a new connection, when a kept-alive
+ * one died under a request before any byte of its answer, is kept for
+ * CL_SAFE requests and refused for CL_UNSAFE ones (on_prereq), whatever
+ * their body. The wait is the answer's Retry-After (seconds or an HTTP-date,
  * taken against the answer's Date header when it has one), else the k-th
  * backoff (k from 0): equal jitter over the step
  * s = min(max_backoff_s, base_s * 2^(k+1)), half of it fixed and half
@@ -385,6 +388,8 @@ typedef struct xfer {
     int source_started;
     int source_failed;
     int cancelled;
+    int sends;          /* requests curl began on a connection (on_prereq) */
+    int resend_refused; /* curl was about to send it again by itself */
     char *retry_after;
     char *date;
 } xfer;
@@ -481,6 +486,30 @@ static int on_progress(void *ud, curl_off_t dt, curl_off_t dn, curl_off_t ut, cu
     }
     return 0;
 }
+
+/* libcurl sends a request again by itself, on a new connection, when the
+ * kept-alive connection it reused died before any byte of the answer came
+ * ("Connection died, retrying a fresh connect"), whatever the method: with
+ * no body or a body in memory (CURLOPT_POSTFIELDS) at once, a streamed one
+ * after its seek callback put it back. The request may have reached the
+ * server, so a CL_UNSAFE one must not go again: curl calls this before
+ * each request it sends on a connection (CURLOPT_PREREQFUNCTION, 7.80.0),
+ * and the second one is aborted (CURLE_ABORTED_BY_CALLBACK) before a byte
+ * of it is written. Before 7.80.0 a CL_UNSAFE request takes a new
+ * connection instead (CURLOPT_FRESH_CONNECT), which curl never re-sends
+ * on. */
+#if LIBCURL_VERSION_NUM >= 0x075000
+#define HAVE_PREREQ 1
+static int on_prereq(void *ud, char *ip, char *local_ip, int port, int local_port)
+{
+    xfer *x = ud;
+    if (x->sends++ > 0) {
+        x->resend_refused = 1;
+        return CURL_PREREQFUNC_ABORT;
+    }
+    return CURL_PREREQFUNC_OK;
+}
+#endif
 
 void cl_resp_clear(cl_resp *r)
 {
@@ -713,6 +742,14 @@ int cl_request(cl_http *c, const sbx_call_ctx *ctx, const cl_req *req, cl_resp *
             curl_easy_setopt(h, CURLOPT_CUSTOMREQUEST, req->method);
         }
         curl_easy_setopt(h, CURLOPT_HTTPHEADER, hdrs);
+        if (!req->idempotent) {
+#ifdef HAVE_PREREQ
+            curl_easy_setopt(h, CURLOPT_PREREQFUNCTION, on_prereq);
+            curl_easy_setopt(h, CURLOPT_PREREQDATA, &x);
+#else
+            curl_easy_setopt(h, CURLOPT_FRESH_CONNECT, 1L);
+#endif
+        }
 
         CURLcode rc = curl_easy_perform(h);
         curl_easy_getinfo(h, CURLINFO_RESPONSE_CODE, &resp->status);
@@ -764,8 +801,10 @@ int cl_request(cl_http *c, const sbx_call_ctx *ctx, const cl_req *req, cl_resp *
         }
 
         /* No usable answer. */
+        /* (A connect that failed when curl was re-sending by itself came
+         * after a first send: x.sends counts them for CL_UNSAFE requests.) */
         int not_sent = (rc == CURLE_COULDNT_CONNECT || rc == CURLE_COULDNT_RESOLVE_HOST
-                        || rc == CURLE_COULDNT_RESOLVE_PROXY);
+                        || rc == CURLE_COULDNT_RESOLVE_PROXY) && x.sends == 0;
         if (x.sink_failed || x.source_failed) {
             sbx_error *e = cl_fail(error, SBX_ERROR_CONNECTION, op, "%s: transfer aborted", what);
             if (!req->idempotent)
@@ -812,8 +851,13 @@ int cl_request(cl_http *c, const sbx_call_ctx *ctx, const cl_req *req, cl_resp *
                 n = sizeof(host) - 1;
             memcpy(host, p, n);
             host[n] = '\0';
-            e = cl_fail(error, SBX_ERROR_CONNECTION, op, "%s on %s: %s", what, host,
-                        curl_easy_strerror(rc));
+            /* The connection lost before an answer, and a request curl
+             * would have sent again (unsafe) or could not (a streamed
+             * body): the cut is what is reported. */
+            const char *why = x.resend_refused || rc == CURLE_SEND_FAIL_REWIND
+                            ? "the connection was lost before an answer came"
+                            : curl_easy_strerror(rc);
+            e = cl_fail(error, SBX_ERROR_CONNECTION, op, "%s on %s: %s", what, host, why);
             cl_context(e, "host", host);
         }
         if (!not_sent && !req->idempotent)

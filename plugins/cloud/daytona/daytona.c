@@ -49,10 +49,9 @@
  *    the markers above), which give the output byte for byte (CASE-07):
  *    two requests for such output only. A session the daemon no longer has
  *    (404 about the session: a started sandbox's daemon is a new one) is
- *    dropped and the command sent to another. The exec request's JSON body
- *    goes as a streamed one (dt_mem_src), so that libcurl, which re-sends
- *    by itself a request whose kept-alive connection died before any byte
- *    of an answer, cannot run the command twice.
+ *    dropped and the command sent to another. The exec request is
+ *    CL_UNSAFE: libcurl never re-sends it by itself (cl_request), so a
+ *    command never runs twice.
  *    Quiet commands (CASE-52): no read timeout of our own; a request the
  *    path cuts (a proxy or NAT closing an idle connection: a connection
  *    error without an answer) while the command runs never sends the
@@ -1658,36 +1657,6 @@ static int dt_follow_sink(void *ud, const char *data, size_t n)
     return 0;
 }
 
-/* A body in memory sent as a streamed one (cl_req source): libcurl
- * re-sends by itself a request whose kept-alive connection died before a
- * byte of the answer came, whatever its method, when it can put its body
- * back at its start; a streamed body without a seek callback it cannot,
- * so the request fails instead (CASE-52: a command run at once is quiet
- * until it ends, and a path that closes quiet connections would run it a
- * second time). dt_mem_rewind puts it back for a send of our own, after
- * a "not started" answer (the command did not run). */
-typedef struct dt_mem_src {
-    const char *data;
-    size_t len, off;
-} dt_mem_src;
-
-static ssize_t dt_mem_read(void *ud, char *buf, size_t cap)
-{
-    dt_mem_src *m = ud;
-    size_t n = m->len - m->off;
-    if (n > cap)
-        n = cap;
-    memcpy(buf, m->data + m->off, n);
-    m->off += n;
-    return (ssize_t)n;
-}
-
-static int dt_mem_rewind(void *ud)
-{
-    ((dt_mem_src *)ud)->off = 0;
-    return 0;
-}
-
 /* 1 when the request that just failed (@r) was cut on the path: a
  * connection error without an answer after it may have reached the
  * daemon, not a cancel of ours nor a refused connection. */
@@ -1842,13 +1811,9 @@ static int dt_exec_run(cl_proc *base)
         if (!s && !(s = dt_session_open(sb, &ctx, op)))
             goto fail;
         path = cl_printf("/process/session/%s/exec", s->id);
-        dt_mem_src src = { ebs, strlen(ebs), 0 };
-        cl_req rq = { .method = "POST", .content_type = "application/json",
-                      .source = dt_mem_read, .source_ud = &src,
-                      .source_len = (int64_t)src.len, .idempotent = CL_UNSAFE,
-                      .what = "start the command" };
-        int rc = path ? dt_toolbox_rw(sb, &ctx, &rq, path, &r, dt_mem_rewind, &src, 1, op, NULL)
-                      : -1;
+        cl_req rq = { .method = "POST", .body = ebs, .body_len = strlen(ebs),
+                      .idempotent = CL_UNSAFE, .what = "start the command" };
+        int rc = path ? dt_toolbox(sb, &ctx, &rq, path, &r, op, NULL) : -1;
         free(path);
         path = NULL;
         if (rc == 0)
