@@ -446,6 +446,28 @@ int cl_request(cl_http *h, const sbx_call_ctx *ctx, const cl_req *req, cl_resp *
                const char *op, sbx_error **error);
 void cl_resp_clear(cl_resp *r);
 
+/**
+ * cl_resend_guard / cl_refuse_resend:
+ * libcurl sends a request again by itself, on a new connection, when the
+ * kept-alive connection it reused died before any byte of the answer came
+ * ("Connection died, retrying a fresh connect"), whatever the method or
+ * body. The request may have reached the server, so one that is not safe
+ * to repeat must not go again. cl_refuse_resend() makes the easy handle
+ * @curl (a CURL *) abort, before a byte of it is written, every request
+ * after the first that it begins in one perform (CURLOPT_PREREQFUNCTION,
+ * libcurl 7.80.0; before that the handle takes a new connection, which
+ * curl never re-sends on). @g, zeroed by the caller, must outlive the
+ * perform: g->sends counts the requests begun on a connection (0: none
+ * reached a server), g->refused is set when a re-send was aborted (the
+ * perform then fails, and the call's outcome is unknown). Used by
+ * cl_request and cl_grpc_invoke for CL_UNSAFE calls.
+ */
+typedef struct cl_resend_guard {
+    int sends;
+    int refused;
+} cl_resend_guard;
+void cl_refuse_resend(void *curl, cl_resend_guard *g);
+
 /** The error code of an HTTP status: 400, 409, 422 configuration; 401, 403
  *  authentication; 404, 410 not_found; 408, 504 timeout; 429 rate_limited;
  *  other 5xx connection; anything else execution_failed. */

@@ -475,6 +475,11 @@ int cl_grpc_invoke(cl_grpc *g, const sbx_call_ctx *ctx, const cl_grpc_call *call
         curl_easy_setopt(h, CURLOPT_POSTFIELDS, body.data);
         curl_easy_setopt(h, CURLOPT_POSTFIELDSIZE_LARGE, (curl_off_t)body.len);
         curl_easy_setopt(h, CURLOPT_HTTPHEADER, hl);
+        /* curl's own re-send on a new connection: kept for a call safe to
+         * repeat, refused for another (it may have reached the server). */
+        cl_resend_guard guard = { 0, 0 };
+        if (!call->idempotent)
+            cl_refuse_resend(h, &guard);
         curl_easy_setopt(h, CURLOPT_WRITEFUNCTION, on_data);
         curl_easy_setopt(h, CURLOPT_WRITEDATA, &x);
         curl_easy_setopt(h, CURLOPT_HEADERFUNCTION, on_head);
@@ -512,7 +517,8 @@ int cl_grpc_invoke(cl_grpc *g, const sbx_call_ctx *ctx, const cl_grpc_call *call
                     "longer than %zu bytes", what, GRPC_MSG_MAX);
             break;
         }
-        int not_sent = cc == CURLE_COULDNT_CONNECT || cc == CURLE_COULDNT_RESOLVE_HOST;
+        int not_sent = (cc == CURLE_COULDNT_CONNECT || cc == CURLE_COULDNT_RESOLVE_HOST)
+                       && guard.sends == 0;
         if (not_sent && g->failover) {
             pthread_mutex_lock(&g->lock);
             int first = !g->failed_over;
@@ -614,7 +620,8 @@ int cl_grpc_invoke(cl_grpc *g, const sbx_call_ctx *ctx, const cl_grpc_call *call
                         "status", what);
         else
             e = cl_fail(error, SBX_ERROR_CONNECTION, op, "%s on %s: %s", what, base,
-                        curl_easy_strerror(cc));
+                        guard.refused ? "the connection was lost before an answer came"
+                                      : curl_easy_strerror(cc));
         if (!not_sent && !call->idempotent)
             cl_outcome_unknown(e);
         break;

@@ -18,7 +18,7 @@
  * the request could reach the server (no connection) is repeated for any
  * request. libcurl's own re-send on a new connection, when a kept-alive
  * one died under a request before any byte of its answer, is kept for
- * CL_SAFE requests and refused for CL_UNSAFE ones (on_prereq), whatever
+ * CL_SAFE requests and refused for CL_UNSAFE ones (cl_refuse_resend), whatever
  * their body. The wait is the answer's Retry-After (seconds or an HTTP-date,
  * taken against the answer's Date header when it has one), else the k-th
  * backoff (k from 0): equal jitter over the step
@@ -388,8 +388,7 @@ typedef struct xfer {
     int source_started;
     int source_failed;
     int cancelled;
-    int sends;          /* requests curl began on a connection (on_prereq) */
-    int resend_refused; /* curl was about to send it again by itself */
+    cl_resend_guard guard; /* CL_UNSAFE: curl's own re-send refused */
     char *retry_after;
     char *date;
 } xfer;
@@ -487,29 +486,34 @@ static int on_progress(void *ud, curl_off_t dt, curl_off_t dn, curl_off_t ut, cu
     return 0;
 }
 
-/* libcurl sends a request again by itself, on a new connection, when the
- * kept-alive connection it reused died before any byte of the answer came
- * ("Connection died, retrying a fresh connect"), whatever the method: with
- * no body or a body in memory (CURLOPT_POSTFIELDS) at once, a streamed one
- * after its seek callback put it back. The request may have reached the
- * server, so a CL_UNSAFE one must not go again: curl calls this before
- * each request it sends on a connection (CURLOPT_PREREQFUNCTION, 7.80.0),
- * and the second one is aborted (CURLE_ABORTED_BY_CALLBACK) before a byte
- * of it is written. Before 7.80.0 a CL_UNSAFE request takes a new
- * connection instead (CURLOPT_FRESH_CONNECT), which curl never re-sends
- * on. */
+/* The guard of cl_refuse_resend (cloud.h): the second request curl
+ * begins in one perform is its own re-send, aborted before a byte goes. */
 #if LIBCURL_VERSION_NUM >= 0x075000
-#define HAVE_PREREQ 1
 static int on_prereq(void *ud, char *ip, char *local_ip, int port, int local_port)
 {
-    xfer *x = ud;
-    if (x->sends++ > 0) {
-        x->resend_refused = 1;
+    cl_resend_guard *g = ud;
+    (void)ip;
+    (void)local_ip;
+    (void)port;
+    (void)local_port;
+    if (g->sends++ > 0) {
+        g->refused = 1;
         return CURL_PREREQFUNC_ABORT;
     }
     return CURL_PREREQFUNC_OK;
 }
 #endif
+
+void cl_refuse_resend(void *curl, cl_resend_guard *g)
+{
+#if LIBCURL_VERSION_NUM >= 0x075000
+    curl_easy_setopt(curl, CURLOPT_PREREQFUNCTION, on_prereq);
+    curl_easy_setopt(curl, CURLOPT_PREREQDATA, g);
+#else
+    (void)g;
+    curl_easy_setopt(curl, CURLOPT_FRESH_CONNECT, 1L);
+#endif
+}
 
 void cl_resp_clear(cl_resp *r)
 {
@@ -742,14 +746,8 @@ int cl_request(cl_http *c, const sbx_call_ctx *ctx, const cl_req *req, cl_resp *
             curl_easy_setopt(h, CURLOPT_CUSTOMREQUEST, req->method);
         }
         curl_easy_setopt(h, CURLOPT_HTTPHEADER, hdrs);
-        if (!req->idempotent) {
-#ifdef HAVE_PREREQ
-            curl_easy_setopt(h, CURLOPT_PREREQFUNCTION, on_prereq);
-            curl_easy_setopt(h, CURLOPT_PREREQDATA, &x);
-#else
-            curl_easy_setopt(h, CURLOPT_FRESH_CONNECT, 1L);
-#endif
-        }
+        if (!req->idempotent)
+            cl_refuse_resend(h, &x.guard);
 
         CURLcode rc = curl_easy_perform(h);
         curl_easy_getinfo(h, CURLINFO_RESPONSE_CODE, &resp->status);
@@ -802,9 +800,9 @@ int cl_request(cl_http *c, const sbx_call_ctx *ctx, const cl_req *req, cl_resp *
 
         /* No usable answer. */
         /* (A connect that failed when curl was re-sending by itself came
-         * after a first send: x.sends counts them for CL_UNSAFE requests.) */
+         * after a first send: x.guard.sends counts them for CL_UNSAFE requests.) */
         int not_sent = (rc == CURLE_COULDNT_CONNECT || rc == CURLE_COULDNT_RESOLVE_HOST
-                        || rc == CURLE_COULDNT_RESOLVE_PROXY) && x.sends == 0;
+                        || rc == CURLE_COULDNT_RESOLVE_PROXY) && x.guard.sends == 0;
         if (x.sink_failed || x.source_failed) {
             sbx_error *e = cl_fail(error, SBX_ERROR_CONNECTION, op, "%s: transfer aborted", what);
             if (!req->idempotent)
@@ -854,7 +852,7 @@ int cl_request(cl_http *c, const sbx_call_ctx *ctx, const cl_req *req, cl_resp *
             /* The connection lost before an answer, and a request curl
              * would have sent again (unsafe) or could not (a streamed
              * body): the cut is what is reported. */
-            const char *why = x.resend_refused || rc == CURLE_SEND_FAIL_REWIND
+            const char *why = x.guard.refused || rc == CURLE_SEND_FAIL_REWIND
                             ? "the connection was lost before an answer came"
                             : curl_easy_strerror(rc);
             e = cl_fail(error, SBX_ERROR_CONNECTION, op, "%s on %s: %s", what, host, why);
