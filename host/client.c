@@ -911,14 +911,16 @@ destroy_after_failure(sbx_sandbox *sandbox, sbx_error *err)
     sbx_error_free(derr);
 }
 
-/* Completes the lifecycle record of a sandbox just made: the provider's id
- * and the session state sbx_gc() resumes it from (none when the backend
- * has no session state). A failure leaves the row with the token, which
+/* Completes the lifecycle record of a sandbox just made: the provider's id,
+ * the session state sbx_gc() resumes it from (none when the backend has no
+ * session state) and the expiry @expires_at (UNIX seconds, 0 = none),
+ * counted from when the create returned. A failure leaves the row with the
+ * token, which
  * gc still matches against list_owned. The same session state gives the
  * sandbox's live price, where the provider reports one (usage.c), and its
  * exec endpoint, where it has one (direct.c). */
 static void
-record_created(sbx_sandbox *sandbox)
+record_created(sbx_sandbox *sandbox, double expires_at)
 {
     char *state = NULL;
 
@@ -932,7 +934,7 @@ record_created(sbx_sandbox *sandbox)
         json_object_put(doc);
     }
     if (sandbox->token[0])
-        sbx_record_complete(sandbox->token, sandbox->id, state, NULL);
+        sbx_record_complete(sandbox->token, sandbox->id, state, expires_at, NULL);
     free(state);
 }
 
@@ -1035,8 +1037,11 @@ sbx_sandbox_create(sbx_client *client, const sbx_options *options, sbx_error **e
     req.env = sbx_strv_view(&env);
     if (req.timeout_secs < 0 && refuse_no_lifetime(client, options, op, &err) < 0)
         goto fail;
+    /* The lifetime counts from when the sandbox is usable: this is the
+     * expiry were it usable now, the first guess the record keeps; it is
+     * counted again once the create returns (a pull or a provider's boot
+     * does not eat the caller's lifetime). */
     req.expires_at = req.timeout_secs > 0 ? sbx_wallclock_now() + req.timeout_secs : 0;
-    expires_mono = req.timeout_secs > 0 ? sbx_monotonic_now() + req.timeout_secs : 0;
     req.image = sbx_options_get0_image(options);
     req.template_name = sbx_options_get0_template(options);
     req.snapshot_id = sbx_options_get0_snapshot_id(options);
@@ -1106,6 +1111,10 @@ sbx_sandbox_create(sbx_client *client, const sbx_options *options, sbx_error **e
             sandbox_free(handle);
         goto oom;
     }
+    if (req.timeout_secs > 0) {
+        req.expires_at = sbx_wallclock_now() + req.timeout_secs;
+        expires_mono = sbx_monotonic_now() + req.timeout_secs;
+    }
     memcpy(sandbox->token, token, sizeof(sandbox->token));
     sandbox->client = client;
     sandbox->handle = handle;
@@ -1124,7 +1133,7 @@ sbx_sandbox_create(sbx_client *client, const sbx_options *options, sbx_error **e
         sandbox_release(sandbox);
         goto fail;
     }
-    record_created(sandbox);
+    record_created(sandbox, req.timeout_secs > 0 ? req.expires_at : 0);
 
     /* Generic creation steps, in the reference's order. */
     if (preset && !skip_setup) {

@@ -141,9 +141,12 @@ int sbx_record_token_is_ours(const char *token);
  *  @expires_at in UNIX seconds (0 = none). 0 or -1. */
 int sbx_record_begin(const char *token, const char *backend, double expires_at,
                      int detached, sbx_error **err);
-/** Completes @token's row with the provider's id and the session state. */
+/** Completes @token's row with the provider's id and the session state,
+ *  and, when @expires_at > 0 (UNIX seconds), the expiry counted from when
+ *  the sandbox became usable (the one sbx_record_begin() had was counted
+ *  from the request). 0 or -1. */
 int sbx_record_complete(const char *token, const char *provider_id,
-                        const char *session_state, sbx_error **err);
+                        const char *session_state, double expires_at, sbx_error **err);
 /* The calls below that change or read rows (complete, remove,
  * set_detached, find, remove_owner, get) make nothing when this process has
  * the record closed and its file does not exist: 0 rows, or not found. */

@@ -105,7 +105,8 @@ static const char *const stmt_sql[ST_COUNT] = {
                           "expires_at, detached) VALUES(?1, ?2, ?3, ?4, ?5)",
     [ST_ADD_OWNER] = "INSERT OR IGNORE INTO owners(create_token, pid, start_ticks, boot_id) "
                      "VALUES(?1, ?2, ?3, ?4)",
-    [ST_COMPLETE] = "UPDATE sandboxes SET provider_id = ?2, session_state = ?3 "
+    [ST_COMPLETE] = "UPDATE sandboxes SET provider_id = ?2, session_state = ?3, "
+                    "expires_at = CASE WHEN ?4 > 0 THEN ?4 ELSE expires_at END "
                     "WHERE create_token = ?1",
     [ST_REMOVE] = "DELETE FROM sandboxes WHERE create_token = ?1",
     [ST_SET_DETACHED] = "UPDATE sandboxes SET detached = ?4 WHERE create_token = ?1",
@@ -644,9 +645,10 @@ out:
 }
 
 /* Runs the UPDATE/DELETE statement @which with up to three text arguments
- * (NULL = none) and an optional integer (?4). */
+ * (NULL = none) and an optional number (?4: an integer, or for ST_COMPLETE
+ * a UNIX time). */
 static int
-record_change(int which, const char *a, const char *b, const char *c, int n,
+record_change(int which, const char *a, const char *b, const char *c, double n,
               sbx_error **err)
 {
     sqlite3_stmt *st = NULL;
@@ -665,8 +667,12 @@ record_change(int which, const char *a, const char *b, const char *c, int n,
         sqlite3_bind_text(st, 2, b, -1, SQLITE_STATIC);
     if (c)
         sqlite3_bind_text(st, 3, c, -1, SQLITE_STATIC);
-    if (sqlite3_bind_parameter_count(st) >= 4)
-        sqlite3_bind_int(st, 4, n);
+    if (sqlite3_bind_parameter_count(st) >= 4) {
+        if (which == ST_COMPLETE)
+            sqlite3_bind_double(st, 4, n);
+        else
+            sqlite3_bind_int(st, 4, (int)n);
+    }
     if (sqlite3_step(st) != SQLITE_DONE) {
         db_fail(err, "update");
         goto out;
@@ -680,10 +686,10 @@ out:
 
 int
 sbx_record_complete(const char *token, const char *provider_id, const char *session_state,
-                    sbx_error **err)
+                    double expires_at, sbx_error **err)
 {
     return record_change(ST_COMPLETE, token, provider_id ? provider_id : "",
-                         session_state ? session_state : "", 0, err) < 0 ? -1 : 0;
+                         session_state ? session_state : "", expires_at, err) < 0 ? -1 : 0;
 }
 
 int

@@ -35,6 +35,7 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <limits.h>
+#include <math.h>
 #include <poll.h>
 #include <pthread.h>
 #include <signal.h>
@@ -57,6 +58,7 @@
 #include <sbx/plugin.h>
 #include <sbx/sbx.h>
 
+#include "recordutil.h"
 #include "testutil.h"
 #include "../plugins/docker/progress.h"
 
@@ -1165,6 +1167,98 @@ Test(fake, case28_a_pull_error_line)
 Test(fake, case28_b_error_line_split_across_writes)
 {
     case28_fake(2);
+}
+
+/* ============================================ lifetime from when usable */
+
+/* A pull that takes 2 s, then the plain fake container; the create body
+ * is kept for the test to read. */
+static char *g_slow_create_body;
+static int g_slow_pulled;
+
+static void slow_pull_fn(fake *f, int fd, const char *method, const char *path, const char *body)
+{
+    if (strcmp(method, "GET") == 0 && strcmp(path, "/v1.41/images/alpine:3.20/json") == 0
+        && !__atomic_load_n(&g_slow_pulled, __ATOMIC_SEQ_CST)) {
+        reply(fd, 404, "{\"message\":\"No such image: alpine:3.20\"}");
+    } else if (strcmp(method, "POST") == 0
+               && strcmp(path, "/v1.41/images/create?fromImage=alpine&tag=3.20") == 0) {
+        static const char head[] = "HTTP/1.1 200 OK\r\nApi-Version: 1.41\r\n"
+                                   "Content-Type: application/json\r\nConnection: close\r\n\r\n";
+        static const char l1[] = "{\"status\":\"Pulling from library/alpine\",\"id\":\"3.20\"}\r\n";
+        static const char l2[] = "{\"status\":\"Status: Downloaded newer image for "
+                                 "alpine:3.20\"}\r\n";
+        send_all(fd, head, sizeof head - 1);
+        send_all(fd, l1, sizeof l1 - 1);
+        usleep(2000000);
+        __atomic_store_n(&g_slow_pulled, 1, __ATOMIC_SEQ_CST);
+        send_all(fd, l2, sizeof l2 - 1);
+    } else {
+        if (strcmp(method, "POST") == 0 && strncmp(path, "/v1.41/containers/create", 24) == 0) {
+            pthread_mutex_lock(&f->lock);
+            free(g_slow_create_body);
+            g_slow_create_body = strdup(body);
+            pthread_mutex_unlock(&f->lock);
+        }
+        fake_container_fn(f, fd, method, path, body);
+    }
+}
+
+/* Issue 14: the lifetime counts from when the sandbox is usable, not from
+ * the request. A create whose pull takes 2 s with a 60 s lifetime: the
+ * container's sbx.expires_at label and the record's expiry both end 60 s
+ * after the pull (the label, whole seconds rounded up, is counted as the
+ * body is made; the record's once create returned), never 60 s after the
+ * request. */
+Test(fake, lifetime_counts_from_after_the_pull)
+{
+    char *state = tu_strdup_printf("%s/state", g_tmp);
+    cr_assert_eq(setenv("SBX_STATE_DIR", state, 1), 0);
+    g_slow_pulled = 0;
+    fake_start(slow_pull_fn, 0);
+    sbx_client *c = client_new();
+    sbx_options *o = sbx_options_new();
+    cr_assert_eq(sbx_options_set_image(o, "alpine:3.20", NULL), 0);
+    cr_assert_eq(sbx_options_set_timeout_secs(o, 60, NULL), 0);
+    struct timespec ts;
+    clock_gettime(CLOCK_REALTIME, &ts);
+    double t0 = (double)ts.tv_sec + ts.tv_nsec / 1e9;
+    sbx_sandbox *sb = tu_create(c, o);
+    clock_gettime(CLOCK_REALTIME, &ts);
+    double t1 = (double)ts.tv_sec + ts.tv_nsec / 1e9;
+    sbx_options_free(o);
+    cr_assert(t1 - t0 >= 2.0, "the create took %.3f s, not the pull's 2 s", t1 - t0);
+    cr_assert_eq(fake_count(&g_fake, "POST /v1.41/images/create?fromImage=alpine&tag=3.20"), 1);
+
+    pthread_mutex_lock(&g_fake.lock);
+    json_object *body = json_tokener_parse(g_slow_create_body ? g_slow_create_body : "");
+    pthread_mutex_unlock(&g_fake.lock);
+    cr_assert_not_null(body, "no container create body");
+    json_object *labels = NULL, *v = NULL;
+    cr_assert(json_object_object_get_ex(body, "Labels", &labels));
+    cr_assert(json_object_object_get_ex(labels, "sbx.expires_at", &v));
+    double label = strtod(json_object_get_string(v), NULL);
+    cr_assert(label >= t0 + 2.0 + 60.0 && label <= ceil(t1 + 60.0),
+              "label sbx.expires_at %.0f: not in [%.3f, %.0f] (request + 60 = %.3f)", label,
+              t0 + 62.0, ceil(t1 + 60.0), t0 + 60.0);
+    json_object_put(body);
+
+    char *sql = tu_strdup_printf("SELECT CAST(expires_at * 1000 AS INTEGER) FROM sandboxes "
+                                 "WHERE provider_id = '%s'", FAKE_CID);
+    double rec = (double)tu_record_int(state, sql) / 1000.0;
+    free(sql);
+    cr_assert(rec >= t0 + 2.0 + 60.0 && rec <= t1 + 60.0 + 0.001,
+              "record expires_at %.3f: not in [%.3f, %.3f] (request + 60 = %.3f)", rec,
+              t0 + 62.0, t1 + 60.0, t0 + 60.0);
+
+    fake_sandbox_end(sb, c);
+    fake_stop();
+    pthread_mutex_lock(&g_fake.lock);
+    free(g_slow_create_body);
+    g_slow_create_body = NULL;
+    pthread_mutex_unlock(&g_fake.lock);
+    unsetenv("SBX_STATE_DIR");
+    free(state);
 }
 
 Test(real, case28_c_missing_tag)

@@ -22,7 +22,9 @@
  *    workdir (absolute; the Engine creates it when missing), disk_mb ->
  *    StorageOpt size (only some storage drivers allow it: a refusal is a
  *    configuration error naming disk_mb), labels sbx.backend=docker,
- *    sbx.create_token, sbx.expires_at, and backend_options merged into the
+ *    sbx.create_token, sbx.expires_at (UNIX seconds: the time the body is
+ *    made, after any pull, plus timeout_secs; the lifetime counts from when
+ *    the sandbox is usable), and backend_options merged into the
  *    body last (objects merged key by key; the sbx.* labels stay); a key
  *    of backend_options that is not a member of the Engine's create body
  *    (dk_option_keys) is a configuration error naming it.
@@ -814,7 +816,10 @@ static int docker_create(sbx_plugin_client *client, const sbx_call_ctx *ctx,
         json_object_object_add(body, "User", json_object_new_string(request->user));
     json_object_object_add(labels, DK_LABEL_BACKEND, json_object_new_string(DK_BACKEND));
     json_object_object_add(labels, DK_LABEL_TOKEN, json_object_new_string(token));
-    snprintf(num, sizeof(num), "%.0f", request->expires_at);
+    /* Counted from now, after the pull: the container's sleep counts from
+     * its start, a moment later, and the library's record from the create's
+     * return. */
+    snprintf(num, sizeof(num), "%.0f", ceil(cl_wallclock() + request->timeout_secs));
     json_object_object_add(labels, DK_LABEL_EXPIRES, json_object_new_string(num));
     json_object *body_labels = NULL;
     if (json_object_deep_copy(labels, &body_labels, NULL) != 0)

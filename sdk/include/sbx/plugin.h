@@ -151,7 +151,11 @@ typedef struct sbx_call_ctx {
  *  - workdir: NULL when unset.
  *  - env: "KEY=VALUE" strings, NULL-terminated, keys already validated.
  *  - expires_at: wall-clock time (UNIX seconds) when the sandbox's lifetime
- *    ends, for plugins that record it beside the create token.
+ *    would end were it usable at the request (0: no lifetime). The
+ *    lifetime counts from when the sandbox is usable: a plugin that records
+ *    an expiry beside the create token after slow steps of its own (an
+ *    image pull, a boot) counts it again as now + timeout_secs, as the
+ *    library does with its record once create returns.
  *  - image, template_name, snapshot_id, app_name, gpu ("TYPE[:COUNT]"),
  *    backend_options (a JSON object): NULL when unset. disk_mb: 0 when
  *    unset. allow_internet: 1 unless the caller set it to 0.
