@@ -236,6 +236,149 @@ Test(record, detach_is_recorded)
     sbx_client_free(c);
 }
 
+/* The result of @sql (one text value, NULL allowed) against this test's
+ * record, as a new string ("" for NULL). */
+static char *record_text(const char *sql)
+{
+    char *path = tu_strdup_printf("%s/lifecycle.db", g_dirs.state);
+    sqlite3 *db = NULL;
+    sqlite3_stmt *st = NULL;
+    cr_assert_eq(sqlite3_open_v2(path, &db, SQLITE_OPEN_READONLY, NULL), SQLITE_OK, "%s", path);
+    sqlite3_busy_timeout(db, 10000);
+    cr_assert_eq(sqlite3_prepare_v2(db, sql, -1, &st, NULL), SQLITE_OK, "%s: %s", sql,
+                 sqlite3_errmsg(db));
+    cr_assert_eq(sqlite3_step(st), SQLITE_ROW, "%s", sql);
+    const char *v = (const char *)sqlite3_column_text(st, 0);
+    char *out = strdup(v ? v : "");
+    cr_assert_not_null(out);
+    sqlite3_finalize(st);
+    sqlite3_close(db);
+    free(path);
+    return out;
+}
+
+/* The slots the plugin host was called with since byte @from of the
+ * captured debug log @l ("plugin host: call SLOT" lines), comma-separated
+ * in their order; *@from moves to the log's end. */
+static char *host_calls_since(const tu_debug_log *l, off_t *from)
+{
+    static const char tag[] = "plugin host: call ";
+    struct stat st;
+    cr_assert_eq(fstat(l->fd, &st), 0);
+    size_t n = (size_t)(st.st_size - *from);
+    char *buf = malloc(n + 1), *out = malloc(n + 1);
+    cr_assert(buf && out);
+    cr_assert_eq(pread(l->fd, buf, n, *from), (ssize_t)n);
+    buf[n] = '\0';
+    out[0] = '\0';
+    *from = st.st_size;
+    for (char *line = buf, *nl; *line; line = nl + 1) {
+        nl = strchr(line, '\n');
+        cr_assert_not_null(nl, "a partial log line: %s", line);
+        *nl = '\0';
+        char *at = strstr(line, tag);
+        if (!at)
+            continue;
+        if (out[0])
+            strcat(out, ",");
+        strcat(out, at + strlen(tag));
+    }
+    free(buf);
+    return out;
+}
+
+/*
+ * A create out of process crosses the plugin host once: the reply of its
+ * one call carries the new sandbox's id, root and session state (wire 8),
+ * so the row the record completes holds the session state without a second
+ * call, with the data sbx_sandbox_session_state gives (which, asked
+ * afterwards, goes to the plugin: the state may have changed). In process
+ * nothing crosses and the row holds the same keys. The calls are read off
+ * the plugin host's debug log (SBX_DEBUG: one line per call it receives).
+ */
+Test(record, a_create_crosses_the_plugin_host_once_and_records_the_session_state)
+{
+    static const sbx_plugin_mode modes[] = { SBX_PLUGIN_MODE_OUT_OF_PROCESS,
+                                             SBX_PLUGIN_MODE_IN_PROCESS };
+    const char *b = tu_backend();
+    /* The local session data's keys (plugins/local/local.c), sorted; only
+     * local names an exec endpoint (bubblewrap's and safehouse's commands
+     * go through the plugin). */
+    const char *data_keys =
+        strcmp(b, "local") == 0
+            ? "exec_endpoint,expires_at,lifetime,made_tmp,meta,owns_root,root,"
+              "supervisor_pid,supervisor_start"
+        : strcmp(b, "bubblewrap") == 0 || strcmp(b, "safehouse") == 0
+            ? "expires_at,lifetime,made_tmp,meta,owns_root,root,supervisor_pid,"
+              "supervisor_start"
+            : NULL;
+
+    for (size_t i = 0; i < sizeof(modes) / sizeof(modes[0]); i++) {
+        int out_of_process = modes[i] == SBX_PLUGIN_MODE_OUT_OF_PROCESS;
+        tu_debug_log l;
+        sbx_error *err = NULL;
+        off_t from;
+
+        tu_debug_log_start(&l);
+        sbx_client *c = sbx_client_new_with_mode(b, modes[i], &err);
+        cr_assert_not_null(c, "%s", err ? sbx_error_get0_message(err) : "");
+        from = 0;
+        free(host_calls_since(&l, &from));   /* the host's start: client_new */
+
+        sbx_sandbox *sb = tu_create(c, NULL);
+        char *calls = host_calls_since(&l, &from);
+        cr_assert_str_eq(calls, out_of_process ? "create" : "",
+                         "mode %d: the create's calls to the plugin host", (int)modes[i]);
+        free(calls);
+
+        const char *id = sbx_sandbox_get0_id(sb);
+        char *sql = sqlite3_mprintf("SELECT session_state FROM sandboxes WHERE provider_id = %Q",
+                                    id);
+        char *recorded = record_text(sql);
+        sqlite3_free(sql);
+        sql = sqlite3_mprintf("SELECT group_concat(key, ',') FROM (SELECT key FROM sandboxes, "
+                              "json_each(sandboxes.session_state) WHERE provider_id = %Q "
+                              "ORDER BY key)", id);
+        char *keys = record_text(sql);
+        sqlite3_free(sql);
+        cr_assert_str_eq(keys, "backend,data,id,timeout_secs,version", "recorded: %s", recorded);
+        free(keys);
+        if (data_keys) {
+            sql = sqlite3_mprintf("SELECT group_concat(key, ',') FROM (SELECT key FROM "
+                                  "sandboxes, json_each(sandboxes.session_state, '$.data') "
+                                  "WHERE provider_id = %Q ORDER BY key)", id);
+            keys = record_text(sql);
+            sqlite3_free(sql);
+            cr_assert_str_eq(keys, data_keys, "recorded: %s", recorded);
+            free(keys);
+        }
+
+        char *state = sbx_sandbox_session_state(sb, &err);
+        cr_assert_not_null(state, "%s", err ? sbx_error_get0_message(err) : "");
+        calls = host_calls_since(&l, &from);
+        cr_assert_str_eq(calls, out_of_process ? "session_state" : "",
+                         "mode %d: a later session_state's calls", (int)modes[i]);
+        free(calls);
+        /* The same data (the later state also has the size usage began
+         * counting after the row was completed). */
+        sql = sqlite3_mprintf("SELECT count(*) FROM sandboxes WHERE provider_id = %Q AND "
+                              "json_extract(session_state, '$.data') = json_extract(%Q, "
+                              "'$.data') AND json_extract(session_state, '$.id') = %Q", id,
+                              state, id);
+        cr_assert_eq(record_int(sql), 1, "recorded %s, then %s", recorded, state);
+        sqlite3_free(sql);
+        free(state);
+        free(recorded);
+
+        cr_assert_eq(sbx_sandbox_destroy(sb, &err), 0, "%s",
+                     err ? sbx_error_get0_message(err) : "");
+        cr_assert_eq(rows_for(id), 0);
+        sbx_sandbox_free(sb);
+        sbx_client_free(c);
+        free(tu_debug_log_stop(&l));
+    }
+}
+
 /* 50 processes, released at once, make the record and create and destroy:
  * each sees exactly its own row while its sandbox lives, and the record ends
  * empty. Released together, they all set up their connection to a record

@@ -37,7 +37,10 @@
  *       left alone. Then the plugin's sandbox_free runs for each kept
  *       sandbox the application had freed (what the plugin holds on this
  *       host for it goes: connections, ssh masters, private directories),
- *       and the host exits. What it does is logged only with SBX_DEBUG set.
+ *       and the host exits. What it does is logged only with SBX_DEBUG set;
+ *       at "debug" that includes one line per call it receives, "plugin
+ *       host: call SLOT" (a round trip, or a frame sent without a reply for
+ *       the slots that have none), written before the plugin runs it.
  *
  *       Environment: SBX_PLUGIN_HOST_IDLE_MS (milliseconds, 1 to 3600000;
  *       default 30000) is how long a pool thread waits for a frame before
@@ -1301,6 +1304,9 @@ run_call(sbx_wire_msg *req, call_frame *f)
     int rc, ok = 0;
 
     row = &sbx_slot_rows[req->slot];
+    /* One line per call that crossed (SBX_DEBUG=debug): what an operation
+     * costs in round trips, read off the log. */
+    sbx_log(SBX_LOG_DEBUG, H.backend, "plugin host: call %s", row->name);
     fn = sbx_slot_get(H.plugin, req->slot);
     if (!f)
         f = call_prepare(req, 0);
