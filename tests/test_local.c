@@ -1209,10 +1209,20 @@ static pid_t spare_listener(const char *dir, const char *name)
 {
     struct sockaddr_un sa = { .sun_family = AF_UNIX };
     snprintf(sa.sun_path, sizeof sa.sun_path, "%s/%s/sock", dir, name);
-    int fd = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
-    cr_assert(fd >= 0);
-    cr_assert_eq(connect(fd, (struct sockaddr *)&sa, sizeof sa), 0, "%s: %s", sa.sun_path,
-                 strerror(errno));
+    /* The socket's file exists from its bind on; it answers from its
+     * listen on, a moment later: refused until then. */
+    int fd, rc;
+    double end = tu_now() + 5.0;
+    for (;;) {
+        fd = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
+        cr_assert(fd >= 0);
+        rc = connect(fd, (struct sockaddr *)&sa, sizeof sa);
+        if (rc == 0 || errno != ECONNREFUSED || tu_now() >= end)
+            break;
+        close(fd);
+        usleep(2000);
+    }
+    cr_assert_eq(rc, 0, "%s: %s", sa.sun_path, strerror(errno));
     struct ucred cred = { 0 };
     socklen_t len = sizeof cred;
     cr_assert_eq(getsockopt(fd, SOL_SOCKET, SO_PEERCRED, &cred, &len), 0);
