@@ -17,6 +17,7 @@
  * (scripts/test runs this program both ways; tests/cputil.h).
  */
 #include <arpa/inet.h>
+#include <dirent.h>
 #include <fcntl.h>
 #include <netinet/in.h>
 #include <poll.h>
@@ -3329,6 +3330,143 @@ Test(server, a_provider_that_hangs_is_answered_504_within_its_bound, .timeout = 
     cpu_response_free(r);
     free(pe);
     free(p);
+    free(id);
+    free(k);
+    cpu_stop(s);
+    stop_fake(fake, fdir, furl);
+}
+
+/* The threads of process @pid (entries of /proc/PID/task). */
+static int
+thread_count(pid_t pid)
+{
+    char path[64];
+    DIR *d;
+    struct dirent *de;
+    int n = 0;
+
+    snprintf(path, sizeof path, "/proc/%d/task", (int)pid);
+    d = opendir(path);
+    cr_assert(d, "%s", path);
+    while ((de = readdir(d)))
+        if (de->d_name[0] != '.')
+            n++;
+    closedir(d);
+    return n;
+}
+
+/* Waits at most @secs for @pid to have at most @want threads; the count
+ * seen last back, and in *@after how long it took. */
+static int
+threads_back_to(pid_t pid, int want, double secs, double *after)
+{
+    double t0 = tu_now();
+    int n;
+
+    while ((n = thread_count(pid)) > want && tu_now() - t0 < secs)
+        usleep(20000);
+    *after = tu_now() - t0;
+    return n;
+}
+
+/* An execute answered 504 at its deadline (the provider answers nothing)
+ * leaves nothing running: its provider call is cancelled at the deadline
+ * (sbx_op_cancel()), so the server's threads are back to what they were
+ * before it within 1 s out of process (the plugin host ends the call at
+ * once), not when the provider's calls would have ended; the execution is failed with the
+ * timeout payload (outcome unknown, not retryable) and metered once, as
+ * a failed execution is (CONTROL-PLANE.md §1: usage still metered): one
+ * usage event, "runtime_seconds" in seconds, of the execution, whose
+ * quantity and costs are the execution's, and the two ledger entries with
+ * those amounts. The server then executes on the sandbox again. */
+Test(server, an_execute_answered_504_leaves_no_thread_behind, .timeout = 120)
+{
+    pid_t fake;
+    char *fdir, *furl = start_e2b_fake_with(NULL, &fake, &fdir), *k, *id, *pe, *sql, *got,
+         *want;
+    const char *hdr[] = { "Idempotency-Key: abandoned-1", NULL };
+    cpu_server *s;
+    cpu_response *r;
+    int base, n;
+    double after, bound;
+
+    /* Out of process the plugin host ends the cancelled call at once; in
+     * process the plugin's own thread of the command ends at its call's
+     * deadline (the provider timeout's 2 s) at the latest. */
+    bound = getenv("SBX_PLUGIN_MODE") && !strcmp(getenv("SBX_PLUGIN_MODE"), "inprocess")
+                ? 2 + 1.5 : 1.0;
+    s = start_with_e2b_and(furl, "BESPOKE_PROVIDER_TIMEOUT_SECS=2");
+    k = cpu_bootstrap(s, "eta", NULL);
+    r = cpu_http(s->url, "POST", "/v1/sandboxes", k, NULL, "{\"backend\":\"e2b\"}");
+    cr_assert_eq(r->status, 201, "%s", r->body);
+    id = strdup(cpu_jstr(r, "id"));
+    cpu_response_free(r);
+    pe = path_of("/v1/sandboxes/%s/execute", id);
+    /* One execute first, so that every thread a first one starts for good
+     * (the plugin's, the outbox's) is running before the count. */
+    r = cpu_http(s->url, "POST", pe, k, NULL, "{\"command\":\"echo hi\"}");
+    cr_assert_eq(r->status, 200, "%s", r->body);
+    cpu_response_free(r);
+    settle(s, k);
+    usleep(300000);
+    base = thread_count(s->pid);
+
+    fake_faults(furl, "[{\"method\":\"POST\",\"path\":\"^/process.Process/\",\"action\":\"hang\","
+                      "\"delay\":60,\"times\":-1}]");
+    r = cpu_http(s->url, "POST", pe, k, hdr, "{\"command\":\"echo hi\",\"timeout_secs\":1}");
+    cr_assert_eq(r->status, 504, "%s", r->body);
+    cr_assert_str_eq(r->body, "{\"detail\":{\"message\":\"Provider request timed out.\","
+                              "\"code\":\"timeout\",\"backend\":\"e2b\",\"op\":\"execute\","
+                              "\"retryable\":false,\"outcome\":\"unknown\",\"context\":{}}}");
+    cpu_response_free(r);
+    n = threads_back_to(s->pid, base, 30, &after);
+    cr_assert(n <= base && after < bound,
+              "%d threads %.2f s after the 504 (%d before it)", n, after, base);
+
+    settle(s, k);
+    sql = tu_strdup_printf("SELECT status || '|' || error FROM executions"
+                           " WHERE request_id = 'abandoned-1'");
+    got = db_list(sql);
+    free(sql);
+    cr_assert_str_eq(got, "failed|{\"message\":\"Provider request timed out.\","
+                          "\"code\":\"timeout\",\"backend\":\"e2b\",\"op\":\"execute\","
+                          "\"retryable\":false,\"outcome\":\"unknown\",\"context\":{}}");
+    free(got);
+    assert_metered_once("abandoned-1");
+    sql = tu_strdup_printf("SELECT u.metric || '|' || u.unit || '|' || u.quantity || '|' ||"
+                           " u.provider_cost_usd || '|' || u.customer_cost_usd || '|' ||"
+                           " u.created_at FROM usage_events u JOIN executions e"
+                           " ON e.id = u.execution_id WHERE u.request_id = 'abandoned-1'");
+    got = db_list(sql);
+    free(sql);
+    sql = tu_strdup_printf("SELECT 'runtime_seconds|second|' || runtime_seconds || '|' ||"
+                           " provider_cost_usd || '|' || customer_cost_usd || '|' ||"
+                           " completed_at FROM executions WHERE request_id = 'abandoned-1'");
+    want = db_list(sql);
+    free(sql);
+    cr_assert_str_eq(got, want);
+    free(got);
+    free(want);
+    sql = tu_strdup_printf("SELECT l.kind || '|' || l.amount_usd FROM ledger_entries l"
+                           " JOIN usage_events u ON u.id = l.usage_event_id"
+                           " WHERE u.request_id = 'abandoned-1' ORDER BY l.kind");
+    got = db_list(sql);
+    free(sql);
+    sql = tu_strdup_printf("SELECT 'customer_cost|' || customer_cost_usd || ',provider_cost|' ||"
+                           " provider_cost_usd FROM executions WHERE request_id = 'abandoned-1'");
+    want = db_list(sql);
+    free(sql);
+    cr_assert_str_eq(got, want);
+    free(got);
+    free(want);
+
+    /* The provider answers again: so does the sandbox. */
+    fake_faults(furl, "[]");
+    r = cpu_http(s->url, "POST", pe, k, NULL, "{\"command\":\"echo again\"}");
+    cr_assert_eq(r->status, 200, "%s", r->body);
+    cr_assert_str_eq(cpu_jstr(r, "stdout"), "again\n");
+    cpu_response_free(r);
+    free(pe);
     free(id);
     free(k);
     cpu_stop(s);
