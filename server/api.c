@@ -351,6 +351,61 @@ reply_datetime_parsing(cp_response *res, const char *where, const char *field, c
     free(m);
 }
 
+int
+parse_datetime_value(cp_response *res, const char *where, const char *field, json_object *v,
+                     int64_t *us)
+{
+    const char *why;
+    double n;
+
+    if (json_object_is_type(v, json_type_string)) {
+        const char *text = json_object_get_string(v);
+        int rc;
+        if (cp_number_text(text, &n)) {
+            /* The parser's range errors are the date parser's; year 0 is
+             * refused after it, as a number's is. */
+            int late;
+            if (cp_unix_time(n, us, &why) == 0)
+                return 0;
+            late = !strcmp(why, "year 0 is out of range");
+            char *m = cp_printf(late ? "Input should be a valid datetime, %s"
+                                     : "Input should be a valid datetime or date, %s", why);
+            json_object *ctx = json_object_new_object();
+            json_object_object_add(ctx, "error", json_object_new_string(why));
+            reply_validation_ctx(res, late ? "datetime_parsing" : "datetime_from_date_parsing",
+                                 where, field, m, json_object_get(v), ctx);
+            free(m);
+            return -1;
+        }
+        rc = cp_parse_iso(text, us);
+        if (rc == 0)
+            return 0;
+        if (rc == -2) {
+            char *m = cp_printf("%s must include a timezone", field);
+            cp_reply_detail(res, 422, m);
+            free(m);
+        } else {
+            reply_datetime_parsing(res, where, field, text, json_object_get(v));
+        }
+        return -1;
+    }
+    if (json_object_is_type(v, json_type_int) || json_object_is_type(v, json_type_double)) {
+        n = json_object_is_type(v, json_type_int) ? (double)json_object_get_int64(v)
+                                                  : json_object_get_double(v);
+        if (cp_unix_time(n, us, &why) == 0)
+            return 0;
+        char *m = cp_printf("Input should be a valid datetime, %s", why);
+        json_object *ctx = json_object_new_object();
+        json_object_object_add(ctx, "error", json_object_new_string(why));
+        reply_validation_ctx(res, "datetime_parsing", where, field, m, json_object_get(v), ctx);
+        free(m);
+        return -1;
+    }
+    reply_validation(res, "datetime_type", where, field, "Input should be a valid datetime",
+                     json_object_get(v));
+    return -1;
+}
+
 /* Member @key of @body as an optional string: *@out stays as it was when
  * it is absent or null; a value of another type is answered 422 (pydantic's
  * string_type, as the reference) and gives -1. */

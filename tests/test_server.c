@@ -823,6 +823,111 @@ Test(server, validation_items_are_pydantics)
     free(id);
 }
 
+/* A datetime field takes Unix time as pydantic v2 does: a number or a
+ * numeric string, seconds when within ±2e10, else milliseconds; what it
+ * refuses is its exact 422 item: a number out of range datetime_parsing, a
+ * numeric string out of range the date parser's words (year 0 after it),
+ * any other string the date parser's. Values as pydantic 2.13 gives them. */
+Test(server, datetimes_take_unix_time_as_pydantic_does)
+{
+    static const char *const ok[][2] = {
+        { "4102444800", "2100-01-01T00:00:00+00:00" },
+        { "\"4102444800\"", "2100-01-01T00:00:00+00:00" },
+        { "4102444800.5", "2100-01-01T00:00:00.500000+00:00" },
+        { "\"4102444800123\"", "2100-01-01T00:00:00.123000+00:00" },
+        { "4102444800123", "2100-01-01T00:00:00.123000+00:00" },
+        { "\"+4102444800\"", "2100-01-01T00:00:00+00:00" },
+        { "\".5\"", "1970-01-01T00:00:00.500000+00:00" },
+        { "\"1.5e3\"", "1970-01-01T00:25:00+00:00" },
+    };
+    static const char *const refused[][2] = {
+        { "253402300800000",
+          "{\"type\":\"datetime_parsing\",\"loc\":[\"body\",\"expires_at\"],\"msg\":\"Input "
+          "should be a valid datetime, dates after 9999 are not supported as unix timestamps\","
+          "\"input\":253402300800000,\"ctx\":{\"error\":\"dates after 9999 are not supported "
+          "as unix timestamps\"}}" },
+        { "\"253402300800000\"",
+          "{\"type\":\"datetime_from_date_parsing\",\"loc\":[\"body\",\"expires_at\"],\"msg\":"
+          "\"Input should be a valid datetime or date, dates after 9999 are not supported as "
+          "unix timestamps\",\"input\":\"253402300800000\",\"ctx\":{\"error\":\"dates after "
+          "9999 are not supported as unix timestamps\"}}" },
+        { "-62135596800001",
+          "{\"type\":\"datetime_parsing\",\"loc\":[\"body\",\"expires_at\"],\"msg\":\"Input "
+          "should be a valid datetime, year 0 is out of range\",\"input\":-62135596800001,"
+          "\"ctx\":{\"error\":\"year 0 is out of range\"}}" },
+        { "\"-62135596800001\"",
+          "{\"type\":\"datetime_parsing\",\"loc\":[\"body\",\"expires_at\"],\"msg\":\"Input "
+          "should be a valid datetime, year 0 is out of range\",\"input\":\"-62135596800001\","
+          "\"ctx\":{\"error\":\"year 0 is out of range\"}}" },
+        { "-100000000000000",
+          "{\"type\":\"datetime_parsing\",\"loc\":[\"body\",\"expires_at\"],\"msg\":\"Input "
+          "should be a valid datetime, dates before 0000 are not supported as unix timestamps\","
+          "\"input\":-100000000000000,\"ctx\":{\"error\":\"dates before 0000 are not supported "
+          "as unix timestamps\"}}" },
+        { "\"1e9\"",
+          "{\"type\":\"datetime_from_date_parsing\",\"loc\":[\"body\",\"expires_at\"],\"msg\":"
+          "\"Input should be a valid datetime or date, input is too short\",\"input\":\"1e9\","
+          "\"ctx\":{\"error\":\"input is too short\"}}" },
+        { "\"99999999999999999999\"",
+          "{\"type\":\"datetime_from_date_parsing\",\"loc\":[\"body\",\"expires_at\"],\"msg\":"
+          "\"Input should be a valid datetime or date, invalid date separator, expected `-`\","
+          "\"input\":\"99999999999999999999\",\"ctx\":{\"error\":\"invalid date separator, "
+          "expected `-`\"}}" },
+        { "\"4102444800 \"",
+          "{\"type\":\"datetime_from_date_parsing\",\"loc\":[\"body\",\"expires_at\"],\"msg\":"
+          "\"Input should be a valid datetime or date, invalid date separator, expected `-`\","
+          "\"input\":\"4102444800 \",\"ctx\":{\"error\":\"invalid date separator, expected "
+          "`-`\"}}" },
+    };
+    cpu_response *r;
+
+    for (size_t i = 0; i < sizeof ok / sizeof ok[0]; i++) {
+        char *b = tu_strdup_printf("{\"name\":\"unix-%zu\",\"expires_at\":%s}", i, ok[i][0]);
+        char *name = tu_strdup_printf("unix-%zu", i);
+        int seen = 0;
+        r = req_s(201, "POST", "/v1/api-keys", key, NULL, b);
+        cpu_response_free(r);
+        r = req_s(200, "GET", "/v1/api-keys", key, NULL, NULL);
+        for (size_t j = 0; j < json_object_array_length(r->json); j++) {
+            json_object *o = json_object_array_get_idx(r->json, j), *n, *e;
+            if (json_object_object_get_ex(o, "name", &n) &&
+                !strcmp(json_object_get_string(n), name)) {
+                cr_expect(json_object_object_get_ex(o, "expires_at", &e));
+                cr_expect_str_eq(json_object_get_string(e), ok[i][1], "%s", ok[i][0]);
+                seen = 1;
+            }
+        }
+        cr_expect(seen, "%s", name);
+        cpu_response_free(r);
+        free(name);
+        free(b);
+    }
+    for (size_t i = 0; i < sizeof refused / sizeof refused[0]; i++) {
+        char *b = tu_strdup_printf("{\"name\":\"k\",\"expires_at\":%s}", refused[i][0]);
+        char *want = tu_strdup_printf("{\"detail\":[%s]}", refused[i][1]);
+        r = req_s(422, "POST", "/v1/api-keys", key, NULL, b);
+        cr_expect_str_eq(r->body, want, "%s", refused[i][0]);
+        cpu_response_free(r);
+        free(want);
+        free(b);
+    }
+    /* /v1/costs's window: the query's text alike. */
+    r = req_s(200, "GET", "/v1/costs?start=0&end=4102444800123", key, NULL, NULL);
+    cr_expect_str_eq(r->body, "{\"group_by\":\"sandbox\",\"items\":[]}");
+    cpu_response_free(r);
+    r = req_s(422, "GET", "/v1/costs?start=4102444800&end=4102444800000", key, NULL, NULL);
+    cr_expect_str_eq(r->body, "{\"detail\":\"start must be before end\"}");
+    cpu_response_free(r);
+    r = req_s(422, "GET", "/v1/costs?end=253402300800000", key, NULL, NULL);
+    cr_expect_str_eq(r->body,
+                     "{\"detail\":[{\"type\":\"datetime_from_date_parsing\",\"loc\":[\"query\","
+                     "\"end\"],\"msg\":\"Input should be a valid datetime or date, dates after "
+                     "9999 are not supported as unix timestamps\",\"input\":\"253402300800000\","
+                     "\"ctx\":{\"error\":\"dates after 9999 are not supported as unix "
+                     "timestamps\"}}]}");
+    cpu_response_free(r);
+}
+
 /* A key's name is 1 to 200 characters (Unicode code points, as pydantic
  * counts them, not bytes): 201 is pydantic's string_too_long with its ctx,
  * "" string_too_short; 200 two-byte characters are a valid name. */
