@@ -351,6 +351,61 @@ reply_datetime_parsing(cp_response *res, const char *where, const char *field, c
     free(m);
 }
 
+int
+parse_datetime_value(cp_response *res, const char *where, const char *field, json_object *v,
+                     int64_t *us)
+{
+    const char *why;
+    double n;
+
+    if (json_object_is_type(v, json_type_string)) {
+        const char *text = json_object_get_string(v);
+        int rc;
+        if (cp_number_text(text, &n)) {
+            /* The parser's range errors are the date parser's; year 0 is
+             * refused after it, as a number's is. */
+            int late;
+            if (cp_unix_time(n, us, &why) == 0)
+                return 0;
+            late = !strcmp(why, "year 0 is out of range");
+            char *m = cp_printf(late ? "Input should be a valid datetime, %s"
+                                     : "Input should be a valid datetime or date, %s", why);
+            json_object *ctx = json_object_new_object();
+            json_object_object_add(ctx, "error", json_object_new_string(why));
+            reply_validation_ctx(res, late ? "datetime_parsing" : "datetime_from_date_parsing",
+                                 where, field, m, json_object_get(v), ctx);
+            free(m);
+            return -1;
+        }
+        rc = cp_parse_iso(text, us);
+        if (rc == 0)
+            return 0;
+        if (rc == -2) {
+            char *m = cp_printf("%s must include a timezone", field);
+            cp_reply_detail(res, 422, m);
+            free(m);
+        } else {
+            reply_datetime_parsing(res, where, field, text, json_object_get(v));
+        }
+        return -1;
+    }
+    if (json_object_is_type(v, json_type_int) || json_object_is_type(v, json_type_double)) {
+        n = json_object_is_type(v, json_type_int) ? (double)json_object_get_int64(v)
+                                                  : json_object_get_double(v);
+        if (cp_unix_time(n, us, &why) == 0)
+            return 0;
+        char *m = cp_printf("Input should be a valid datetime, %s", why);
+        json_object *ctx = json_object_new_object();
+        json_object_object_add(ctx, "error", json_object_new_string(why));
+        reply_validation_ctx(res, "datetime_parsing", where, field, m, json_object_get(v), ctx);
+        free(m);
+        return -1;
+    }
+    reply_validation(res, "datetime_type", where, field, "Input should be a valid datetime",
+                     json_object_get(v));
+    return -1;
+}
+
 /* Member @key of @body as an optional string: *@out stays as it was when
  * it is absent or null; a value of another type is answered 422 (pydantic's
  * string_type, as the reference) and gives -1. */
@@ -1573,11 +1628,12 @@ exec_deadline_secs(const cp_settings *set, double cmd_timeout)
 typedef struct exec_job {
     pthread_mutex_t lock;
     pthread_cond_t cond;          /* on CLOCK_MONOTONIC */
-    int refs;                     /* the request's, and its thread's while it runs */
+    int refs;                     /* the request's, and its operation's until its callback */
     int done;
     cp_runtimes *rt;
     sbx_sandbox *sb;
     int own_ref;
+    sbx_op *op;                   /* the operation on the pool while it runs; else NULL */
     json_object *body;            /* holds the strings below */
     const char *language, *code, *command, *cwd;
     json_object *args;            /* NULL, or an array of strings in @body */
@@ -1643,63 +1699,119 @@ exec_job_unref(exec_job *j)
     free(j);
 }
 
-/* The call itself; marks the job done. */
+/* Marks @j done with @result or @e (taken). */
 static void
-exec_job_call(exec_job *j)
+exec_job_finish(exec_job *j, sbx_result *result, sbx_error *e)
 {
-    sbx_exec_request er = SBX_EXEC_REQUEST_INIT;
-    sbx_result *result = NULL;
-    sbx_error *e = NULL;
-    const char **argv = NULL;
-
-    er.stdin_data = j->stdin_data;
-    er.stdin_len = j->stdin_len;
-    er.env = (const char *const *)j->env;
-    er.cwd = j->cwd;
-    er.timeout_secs = j->timeout;
-    if (j->code) {
-        result = sbx_sandbox_execute_code(j->sb, j->language, j->code, &er, &e);
-    } else if (j->args) {
-        size_t n = json_object_array_length(j->args);
-        argv = calloc(n + 2, sizeof *argv);
-        argv[0] = j->command;
-        for (size_t i = 0; i < n; i++)
-            argv[i + 1] = json_object_get_string(json_object_array_get_idx(j->args, i));
-        er.argv = argv;
-        result = sbx_sandbox_execute_command(j->sb, &er, &e);
-    } else {
-        er.shell = j->command;
-        result = sbx_sandbox_execute_command(j->sb, &er, &e);
-    }
-    free(argv);
     pthread_mutex_lock(&j->lock);
     j->result = result;
     j->error = e;
     j->done = 1;
+    j->op = NULL;
     pthread_cond_broadcast(&j->cond);
     pthread_mutex_unlock(&j->lock);
 }
 
-static void *
-exec_job_thread(void *arg)
+/* The call's request: its argv (a new array of borrowed strings, in
+ * *@argv, freed by the caller) or shell, and the job's other inputs. */
+static void
+exec_job_request(exec_job *j, sbx_exec_request *er, const char ***argv)
 {
-    exec_job *j = arg;
+    *argv = NULL;
+    er->stdin_data = j->stdin_data;
+    er->stdin_len = j->stdin_len;
+    er->env = (const char *const *)j->env;
+    er->cwd = j->cwd;
+    er->timeout_secs = j->timeout;
+    if (j->code)
+        return;
+    if (j->args) {
+        size_t n = json_object_array_length(j->args);
+        *argv = calloc(n + 2, sizeof **argv);
+        (*argv)[0] = j->command;
+        for (size_t i = 0; i < n; i++)
+            (*argv)[i + 1] = json_object_get_string(json_object_array_get_idx(j->args, i));
+        er->argv = *argv;
+    } else {
+        er->shell = j->command;
+    }
+}
+
+/* The call itself, on the calling thread; marks the job done. */
+static void
+exec_job_call(exec_job *j)
+{
+    sbx_exec_request er = SBX_EXEC_REQUEST_INIT;
+    sbx_result *result;
+    sbx_error *e = NULL;
+    const char **argv;
+
+    exec_job_request(j, &er, &argv);
+    if (j->code)
+        result = sbx_sandbox_execute_code(j->sb, j->language, j->code, &er, &e);
+    else
+        result = sbx_sandbox_execute_command(j->sb, &er, &e);
+    free(argv);
+    exec_job_finish(j, result, e);
+}
+
+/* The operation's callback, on the pool's dispatching thread: the outcome
+ * into the job (dropped with it when the request has gone). */
+static void
+exec_job_done(sbx_op *op, void *user_data)
+{
+    exec_job *j = user_data;
     cp_runtimes *rt = j->rt;
 
-    exec_job_call(j);
+    exec_job_finish(j, sbx_op_steal_result(op), sbx_op_steal_error(op));
     exec_job_unref(j);
     cp_runtime_worker_end(rt);
-    return NULL;
+}
+
+/* Submits @j to the pool; 1 when it runs there, 0 when it could not be
+ * submitted (the caller runs it itself). */
+static int
+exec_job_submit(exec_job *j)
+{
+    sbx_exec_request er = SBX_EXEC_REQUEST_INIT;
+    sbx_async *async = cp_runtime_async(j->rt, NULL);
+    const char **argv;
+    sbx_op *op;
+
+    if (!async)
+        return 0;
+    exec_job_request(j, &er, &argv);
+    pthread_mutex_lock(&j->lock);
+    j->refs++;
+    cp_runtime_worker_begin(j->rt);
+    /* Under the job's lock, so that the callback (which takes it) cannot
+     * have run before j->op is set. */
+    if (j->code)
+        op = sbx_sandbox_execute_code_async(async, j->sb, j->language, j->code, &er,
+                                            exec_job_done, j, NULL);
+    else
+        op = sbx_sandbox_execute_async(async, j->sb, &er, exec_job_done, j, NULL);
+    if (op) {
+        j->op = op;
+    } else {
+        j->refs--;
+        cp_runtime_worker_end(j->rt);
+    }
+    pthread_mutex_unlock(&j->lock);
+    free(argv);
+    return op != NULL;
 }
 
 /*
  * Runs @j. With @threaded (a hosted backend, whose provider may stop
- * answering) on a thread of its own, the request waiting for it at most
- * @deadline seconds; otherwise on the request's thread (the local
- * backend: the command runs on this host, and the library's own timeout
- * ends it, SIGKILL included). Returns 1 when the deadline came first:
- * nothing in *@result and *@error, and the thread, left to end when the
- * provider answers or its calls' own deadlines pass, drops what it gets.
+ * answering) as an operation on the runtimes' pool (cp_runtime_async()),
+ * the request waiting for it at most @deadline seconds; otherwise on the
+ * request's thread (the local backend: the command runs on this host, and
+ * the library's own timeout ends it, SIGKILL included). Returns 1 when the
+ * deadline came first: nothing in *@result and *@error, and the operation
+ * is cancelled (sbx_op_cancel(): its provider call ends through the
+ * call's cancel descriptor, and the command's process tree is sent
+ * SIGTERM then SIGKILL as on a timeout), what it still brings dropped.
  * Else 0, the call's result or error moved into *@result or *@error.
  */
 static int
@@ -1708,25 +1820,8 @@ exec_job_run(exec_job *j, int threaded, double deadline, sbx_result **result,
 {
     int started = 0, expired = 0;
 
-    if (threaded && j->own_ref) {
-        pthread_t t;
-        pthread_attr_t attr;
-
-        pthread_mutex_lock(&j->lock);
-        j->refs++;
-        pthread_mutex_unlock(&j->lock);
-        cp_runtime_worker_begin(j->rt);
-        pthread_attr_init(&attr);
-        pthread_attr_setdetachstate(&attr, PTHREAD_CREATE_DETACHED);
-        started = pthread_create(&t, &attr, exec_job_thread, j) == 0;
-        pthread_attr_destroy(&attr);
-        if (!started) {
-            cp_runtime_worker_end(j->rt);
-            pthread_mutex_lock(&j->lock);
-            j->refs--;
-            pthread_mutex_unlock(&j->lock);
-        }
-    }
+    if (threaded && j->own_ref)
+        started = exec_job_submit(j);
     if (!started) {
         exec_job_call(j);
     } else {
@@ -1743,6 +1838,10 @@ exec_job_run(exec_job *j, int threaded, double deadline, sbx_result **result,
                 expired = !j->done;
                 break;
             }
+        /* j->op is valid while the job is not done: its callback, which
+         * ends it, takes this lock first. */
+        if (expired)
+            sbx_op_cancel(j->op);
         pthread_mutex_unlock(&j->lock);
     }
     if (expired)

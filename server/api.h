@@ -82,6 +82,17 @@ void reply_too_long(cp_response *res, const char *where, const char *field,
  * (cp_iso_error()); @input taken. */
 void reply_datetime_parsing(cp_response *res, const char *where, const char *field,
                             const char *text, json_object *input);
+/* A datetime field @field of @where ("body", "query") with the value @v
+ * (borrowed) as pydantic v2 reads it: an ISO 8601 date-time with a time
+ * zone, or Unix time (cp_unix_time()) as a JSON number (not a boolean) or
+ * a numeric string (cp_number_text()), into *@us (microseconds since the
+ * epoch, UTC). Returns 0, or -1 with the 422 in @res: a date-time without
+ * a time zone "<field> must include a timezone" (the reference's
+ * ValueError), a string pydantic refuses datetime_from_date_parsing, a
+ * number out of its range datetime_parsing ("Input should be a valid
+ * datetime, E", ctx {"error": E}), any other type datetime_type. */
+int parse_datetime_value(cp_response *res, const char *where, const char *field, json_object *v,
+                         int64_t *us);
 
 /* auth.c: resolves the request's principal into req->who; on failure fills
  * @res (401, or 500 when the store failed) and returns -1. The two steps

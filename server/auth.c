@@ -389,21 +389,8 @@ h_keys_create(cx *x, cp_request *req, cp_response *res)
     if (json_object_object_get_ex(body, "expires_at", &v) &&
         !json_object_is_type(v, json_type_null)) {
         int64_t us;
-        int rc = json_object_is_type(v, json_type_string)
-                     ? cp_parse_iso(json_object_get_string(v), &us) : -1;
-        if (rc == -2) {
+        if (parse_datetime_value(res, "body", "expires_at", v, &us) < 0) {
             json_object_put(scopes);
-            cp_reply_detail(res, 422, "expires_at must include a timezone");
-            goto out;
-        }
-        if (rc < 0) {
-            json_object_put(scopes);
-            if (json_object_is_type(v, json_type_string))
-                reply_datetime_parsing(res, "body", "expires_at", json_object_get_string(v),
-                                       json_object_get(v));
-            else
-                reply_validation(res, "datetime_type", "body", "expires_at",
-                                 "Input should be a valid datetime", json_object_get(v));
             goto out;
         }
         cp_iso(us, expires, sizeof expires);

@@ -677,22 +677,17 @@ static int
 window_arg(const cp_request *req, cp_response *res, const char *name, int64_t *out, int *have)
 {
     const char *v = cp_query(req, name);
+    json_object *jv;
     int rc;
 
     *have = 0;
     if (!v)
         return 0;
-    rc = cp_parse_iso(v, out);
-    if (rc == -2) {
-        char *m = cp_printf("%s must include a timezone", name);
-        cp_reply_detail(res, 422, m);
-        free(m);
+    jv = json_object_new_string(v);
+    rc = parse_datetime_value(res, "query", name, jv, out);
+    json_object_put(jv);
+    if (rc < 0)
         return -1;
-    }
-    if (rc < 0) {
-        reply_datetime_parsing(res, "query", name, v, json_object_new_string(v));
-        return -1;
-    }
     *have = 1;
     return 0;
 }

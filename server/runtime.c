@@ -5,9 +5,14 @@
  * sandboxes by server id, reference-counted so a termination never frees a
  * handle another thread is executing in.
  */
+#include <errno.h>
+#include <poll.h>
 #include <pthread.h>
+#include <signal.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/eventfd.h>
+#include <unistd.h>
 
 #include "server.h"
 #include "util.h"
@@ -34,6 +39,9 @@ struct cp_runtimes {
     rt_sandbox **sandboxes;
     size_t nsandboxes, cap;
     unsigned workers;             /* provider calls on threads of their own */
+    sbx_async *async;             /* the pool of those calls (cp_runtime_async()) */
+    pthread_t dispatcher;         /* runs their callbacks */
+    int stop_fd;                  /* an eventfd that ends the dispatcher; -1 */
 };
 
 cp_runtimes *
@@ -42,6 +50,7 @@ cp_runtimes_new(const cp_settings *settings)
     cp_runtimes *rt = calloc(1, sizeof *rt);
 
     rt->settings = settings;
+    rt->stop_fd = -1;
     pthread_mutex_init(&rt->lock, NULL);
     if (!settings->backends) {
         /* Every installed backend that loads, as found at start. */
@@ -63,6 +72,16 @@ cp_runtimes_free(cp_runtimes *rt)
 {
     if (!rt)
         return;
+    if (rt->async) {
+        uint64_t one = 1;
+        ssize_t w;
+        do
+            w = write(rt->stop_fd, &one, sizeof one);
+        while (w < 0 && errno == EINTR);
+        pthread_join(rt->dispatcher, NULL);
+        close(rt->stop_fd);
+        sbx_async_free(rt->async);
+    }
     for (size_t i = 0; i < rt->nsandboxes; i++) {
         sbx_sandbox_free(rt->sandboxes[i]->sandbox);
         free(rt->sandboxes[i]->id);
@@ -222,6 +241,70 @@ cp_runtime_drop(cp_runtimes *rt, const char *id)
         release_at(rt, at);
     }
     pthread_mutex_unlock(&rt->lock);
+}
+
+/* The dispatcher: runs the pool's callbacks as its operations complete,
+ * until rt->stop_fd is signalled. */
+static void *
+dispatch_thread(void *arg)
+{
+    cp_runtimes *rt = arg;
+    struct pollfd p[2];
+
+    p[0].fd = sbx_async_get_fd(rt->async);
+    p[0].events = POLLIN;
+    p[1].fd = rt->stop_fd;
+    p[1].events = POLLIN;
+    for (;;) {
+        p[0].revents = p[1].revents = 0;
+        if (poll(p, 2, -1) < 0) {
+            if (errno == EINTR)
+                continue;
+            break;
+        }
+        if (p[0].revents & POLLIN)
+            sbx_async_dispatch(rt->async);
+        if (p[1].revents & POLLIN)
+            break;
+    }
+    return NULL;
+}
+
+sbx_async *
+cp_runtime_async(cp_runtimes *rt, sbx_error **error)
+{
+    sbx_async *a;
+
+    pthread_mutex_lock(&rt->lock);
+    if (!rt->async) {
+        unsigned n = rt->settings->connections;
+        sigset_t all, old;
+
+        if (n < 1)
+            n = 1;
+        if (n > SBX_ASYNC_MAX_WORKERS)
+            n = SBX_ASYNC_MAX_WORKERS;
+        rt->async = sbx_async_new(n, error);
+        if (rt->async && (rt->stop_fd = eventfd(0, EFD_CLOEXEC)) < 0) {
+            sbx_async_free(rt->async);
+            rt->async = NULL;
+        }
+        if (rt->async) {
+            /* Signals stay with the thread that waits for them (main.c). */
+            sigfillset(&all);
+            pthread_sigmask(SIG_SETMASK, &all, &old);
+            if (pthread_create(&rt->dispatcher, NULL, dispatch_thread, rt) != 0) {
+                close(rt->stop_fd);
+                rt->stop_fd = -1;
+                sbx_async_free(rt->async);
+                rt->async = NULL;
+            }
+            pthread_sigmask(SIG_SETMASK, &old, NULL);
+        }
+    }
+    a = rt->async;
+    pthread_mutex_unlock(&rt->lock);
+    return a;
 }
 
 void

@@ -139,10 +139,18 @@ void cp_runtime_unref(cp_runtimes *rt, sbx_sandbox *sandbox);
 /* Forgets the runtime of @id (freed when its last reference goes). */
 void cp_runtime_drop(cp_runtimes *rt, const char *id);
 
-/* A provider call running on a thread of its own (an execute answered at
- * its deadline may leave one running: server/api.c) begins and ends;
- * cp_runtimes_busy() counts those running, whose handles and clients must
- * not be freed. Thread-safe. */
+/* The pool (the library's asynchronous API) the hosted executes run on,
+ * so that one answered at its deadline is cancelled (server/api.c): made
+ * on first use, with at most SBX_SERVER_CONNECTIONS worker threads (which
+ * stay, idle, once started) and one thread of its own that runs the
+ * operations' callbacks (never one of the request threads'); both end in
+ * cp_runtimes_free(). Borrowed; NULL with *@error (resource_exhausted)
+ * when it cannot be made. Thread-safe. */
+sbx_async *cp_runtime_async(cp_runtimes *rt, sbx_error **error);
+
+/* A provider call running on the pool begins (submitted) and ends (its
+ * callback ran); cp_runtimes_busy() counts those running, whose handles
+ * and clients must not be freed. Thread-safe. */
 void cp_runtime_worker_begin(cp_runtimes *rt);
 void cp_runtime_worker_end(cp_runtimes *rt);
 unsigned cp_runtimes_busy(cp_runtimes *rt);

@@ -2,6 +2,8 @@
  * server/util.c — helpers of sbx-server (server/util.h).
  */
 #include <ctype.h>
+#include <errno.h>
+#include <math.h>              /* isnan(), a macro */
 #include <pthread.h>
 #include <stdarg.h>
 #include <stdio.h>
@@ -612,4 +614,81 @@ cp_unseal(const char *pepper, const char *aad, const char *sealed)
     OPENSSL_cleanse(key, sizeof key);
     free(raw);
     return plain;
+}
+
+int
+cp_unix_time(double v, int64_t *us, const char **why)
+{
+    double whole, frac;
+
+    if (isnan(v)) {
+        *why = "dates after 9999 are not supported as unix timestamps";
+        return -1;
+    }
+    if (v > 2e10 || v < -2e10) {
+        /* Milliseconds, within year 1 (...000) to 9999. */
+        if (v > 253402300799999.0) {
+            *why = "dates after 9999 are not supported as unix timestamps";
+            return -1;
+        }
+        if (v < -62167219200000.0) {
+            *why = "dates before 0000 are not supported as unix timestamps";
+            return -1;
+        }
+        if (v < -62135596800000.0) {
+            *why = "year 0 is out of range";
+            return -1;
+        }
+        v /= 1000;
+    }
+    whole = (double)(int64_t)v;   /* |v| <= 2.6e11 here: toward zero */
+    frac = (v - whole) * 1e6;
+    *us = (int64_t)whole * 1000000 + (int64_t)(frac >= 0 ? frac + 0.5 : frac - 0.5);
+    return 0;
+}
+
+int
+cp_number_text(const char *text, double *v)
+{
+    const char *p = text;
+    int digits = 0, point = 0;
+    char *end;
+
+    if (*p == '+' || *p == '-')
+        p++;
+    for (; *p; p++) {
+        if (*p >= '0' && *p <= '9')
+            digits++;
+        else if (*p == '.' && !point)
+            point = 1;
+        else
+            break;
+    }
+    if (!digits)
+        return 0;
+    if (!point) {
+        long long n;
+        if (*p)
+            return 0;
+        errno = 0;
+        n = strtoll(text, &end, 10);
+        if (errno || *end)
+            return 0;
+        *v = (double)n;
+        return 1;
+    }
+    if (*p == 'e' || *p == 'E') {
+        const char *q = p + 1;
+        if (*q == '+' || *q == '-')
+            q++;
+        if (!(*q >= '0' && *q <= '9'))
+            return 0;
+        while (*q >= '0' && *q <= '9')
+            q++;
+        p = q;
+    }
+    if (*p)
+        return 0;
+    *v = strtod(text, &end);
+    return *end == '\0';
 }

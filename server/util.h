@@ -38,6 +38,19 @@ int cp_parse_iso(const char *text, int64_t *us);
  * range", else "unexpected extra characters at the end of the input". A
  * static string. */
 const char *cp_iso_error(const char *text);
+/* pydantic v2's Unix time: @v seconds since the epoch when |@v| <= 2e10,
+ * else milliseconds, to the microsecond (rounded), into *@us. Returns 0,
+ * or -1 with *@why the words of pydantic's parser (a static string) for a
+ * time it does not take: "dates after 9999 are not supported as unix
+ * timestamps", "year 0 is out of range" or "dates before 0000 are not
+ * supported as unix timestamps". */
+int cp_unix_time(double v, int64_t *us, const char **why);
+/* 1 when pydantic reads the string @text as a number of Unix time, its
+ * value in *@v: an optional sign, then digits that fit an int64, or
+ * digits and a point (either side of it may be empty, not both) with an
+ * optional exponent after them ("1700000000", "-1", "1.5", ".5",
+ * "1.5e3"); else 0 (the text goes to the date parser). */
+int cp_number_text(const char *text, double *v);
 
 /* "<prefix>_" + 32 hex digits of a random UUIDv4, as the reference's ids. */
 char *cp_new_id(const char *prefix);

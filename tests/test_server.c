@@ -17,6 +17,7 @@
  * (scripts/test runs this program both ways; tests/cputil.h).
  */
 #include <arpa/inet.h>
+#include <dirent.h>
 #include <fcntl.h>
 #include <netinet/in.h>
 #include <poll.h>
@@ -820,6 +821,111 @@ Test(server, validation_items_are_pydantics)
     cpu_response_free(r);
     free(ex);
     free(id);
+}
+
+/* A datetime field takes Unix time as pydantic v2 does: a number or a
+ * numeric string, seconds when within ±2e10, else milliseconds; what it
+ * refuses is its exact 422 item: a number out of range datetime_parsing, a
+ * numeric string out of range the date parser's words (year 0 after it),
+ * any other string the date parser's. Values as pydantic 2.13 gives them. */
+Test(server, datetimes_take_unix_time_as_pydantic_does)
+{
+    static const char *const ok[][2] = {
+        { "4102444800", "2100-01-01T00:00:00+00:00" },
+        { "\"4102444800\"", "2100-01-01T00:00:00+00:00" },
+        { "4102444800.5", "2100-01-01T00:00:00.500000+00:00" },
+        { "\"4102444800123\"", "2100-01-01T00:00:00.123000+00:00" },
+        { "4102444800123", "2100-01-01T00:00:00.123000+00:00" },
+        { "\"+4102444800\"", "2100-01-01T00:00:00+00:00" },
+        { "\".5\"", "1970-01-01T00:00:00.500000+00:00" },
+        { "\"1.5e3\"", "1970-01-01T00:25:00+00:00" },
+    };
+    static const char *const refused[][2] = {
+        { "253402300800000",
+          "{\"type\":\"datetime_parsing\",\"loc\":[\"body\",\"expires_at\"],\"msg\":\"Input "
+          "should be a valid datetime, dates after 9999 are not supported as unix timestamps\","
+          "\"input\":253402300800000,\"ctx\":{\"error\":\"dates after 9999 are not supported "
+          "as unix timestamps\"}}" },
+        { "\"253402300800000\"",
+          "{\"type\":\"datetime_from_date_parsing\",\"loc\":[\"body\",\"expires_at\"],\"msg\":"
+          "\"Input should be a valid datetime or date, dates after 9999 are not supported as "
+          "unix timestamps\",\"input\":\"253402300800000\",\"ctx\":{\"error\":\"dates after "
+          "9999 are not supported as unix timestamps\"}}" },
+        { "-62135596800001",
+          "{\"type\":\"datetime_parsing\",\"loc\":[\"body\",\"expires_at\"],\"msg\":\"Input "
+          "should be a valid datetime, year 0 is out of range\",\"input\":-62135596800001,"
+          "\"ctx\":{\"error\":\"year 0 is out of range\"}}" },
+        { "\"-62135596800001\"",
+          "{\"type\":\"datetime_parsing\",\"loc\":[\"body\",\"expires_at\"],\"msg\":\"Input "
+          "should be a valid datetime, year 0 is out of range\",\"input\":\"-62135596800001\","
+          "\"ctx\":{\"error\":\"year 0 is out of range\"}}" },
+        { "-100000000000000",
+          "{\"type\":\"datetime_parsing\",\"loc\":[\"body\",\"expires_at\"],\"msg\":\"Input "
+          "should be a valid datetime, dates before 0000 are not supported as unix timestamps\","
+          "\"input\":-100000000000000,\"ctx\":{\"error\":\"dates before 0000 are not supported "
+          "as unix timestamps\"}}" },
+        { "\"1e9\"",
+          "{\"type\":\"datetime_from_date_parsing\",\"loc\":[\"body\",\"expires_at\"],\"msg\":"
+          "\"Input should be a valid datetime or date, input is too short\",\"input\":\"1e9\","
+          "\"ctx\":{\"error\":\"input is too short\"}}" },
+        { "\"99999999999999999999\"",
+          "{\"type\":\"datetime_from_date_parsing\",\"loc\":[\"body\",\"expires_at\"],\"msg\":"
+          "\"Input should be a valid datetime or date, invalid date separator, expected `-`\","
+          "\"input\":\"99999999999999999999\",\"ctx\":{\"error\":\"invalid date separator, "
+          "expected `-`\"}}" },
+        { "\"4102444800 \"",
+          "{\"type\":\"datetime_from_date_parsing\",\"loc\":[\"body\",\"expires_at\"],\"msg\":"
+          "\"Input should be a valid datetime or date, invalid date separator, expected `-`\","
+          "\"input\":\"4102444800 \",\"ctx\":{\"error\":\"invalid date separator, expected "
+          "`-`\"}}" },
+    };
+    cpu_response *r;
+
+    for (size_t i = 0; i < sizeof ok / sizeof ok[0]; i++) {
+        char *b = tu_strdup_printf("{\"name\":\"unix-%zu\",\"expires_at\":%s}", i, ok[i][0]);
+        char *name = tu_strdup_printf("unix-%zu", i);
+        int seen = 0;
+        r = req_s(201, "POST", "/v1/api-keys", key, NULL, b);
+        cpu_response_free(r);
+        r = req_s(200, "GET", "/v1/api-keys", key, NULL, NULL);
+        for (size_t j = 0; j < json_object_array_length(r->json); j++) {
+            json_object *o = json_object_array_get_idx(r->json, j), *n, *e;
+            if (json_object_object_get_ex(o, "name", &n) &&
+                !strcmp(json_object_get_string(n), name)) {
+                cr_expect(json_object_object_get_ex(o, "expires_at", &e));
+                cr_expect_str_eq(json_object_get_string(e), ok[i][1], "%s", ok[i][0]);
+                seen = 1;
+            }
+        }
+        cr_expect(seen, "%s", name);
+        cpu_response_free(r);
+        free(name);
+        free(b);
+    }
+    for (size_t i = 0; i < sizeof refused / sizeof refused[0]; i++) {
+        char *b = tu_strdup_printf("{\"name\":\"k\",\"expires_at\":%s}", refused[i][0]);
+        char *want = tu_strdup_printf("{\"detail\":[%s]}", refused[i][1]);
+        r = req_s(422, "POST", "/v1/api-keys", key, NULL, b);
+        cr_expect_str_eq(r->body, want, "%s", refused[i][0]);
+        cpu_response_free(r);
+        free(want);
+        free(b);
+    }
+    /* /v1/costs's window: the query's text alike. */
+    r = req_s(200, "GET", "/v1/costs?start=0&end=4102444800123", key, NULL, NULL);
+    cr_expect_str_eq(r->body, "{\"group_by\":\"sandbox\",\"items\":[]}");
+    cpu_response_free(r);
+    r = req_s(422, "GET", "/v1/costs?start=4102444800&end=4102444800000", key, NULL, NULL);
+    cr_expect_str_eq(r->body, "{\"detail\":\"start must be before end\"}");
+    cpu_response_free(r);
+    r = req_s(422, "GET", "/v1/costs?end=253402300800000", key, NULL, NULL);
+    cr_expect_str_eq(r->body,
+                     "{\"detail\":[{\"type\":\"datetime_from_date_parsing\",\"loc\":[\"query\","
+                     "\"end\"],\"msg\":\"Input should be a valid datetime or date, dates after "
+                     "9999 are not supported as unix timestamps\",\"input\":\"253402300800000\","
+                     "\"ctx\":{\"error\":\"dates after 9999 are not supported as unix "
+                     "timestamps\"}}]}");
+    cpu_response_free(r);
 }
 
 /* A key's name is 1 to 200 characters (Unicode code points, as pydantic
@@ -3329,6 +3435,145 @@ Test(server, a_provider_that_hangs_is_answered_504_within_its_bound, .timeout = 
     cpu_response_free(r);
     free(pe);
     free(p);
+    free(id);
+    free(k);
+    cpu_stop(s);
+    stop_fake(fake, fdir, furl);
+}
+
+/* The threads of process @pid (entries of /proc/PID/task). */
+static int
+thread_count(pid_t pid)
+{
+    char path[64];
+    DIR *d;
+    struct dirent *de;
+    int n = 0;
+
+    snprintf(path, sizeof path, "/proc/%d/task", (int)pid);
+    d = opendir(path);
+    cr_assert(d, "%s", path);
+    while ((de = readdir(d)))
+        if (de->d_name[0] != '.')
+            n++;
+    closedir(d);
+    return n;
+}
+
+/* Waits at most @secs for @pid to have at most @want threads; the count
+ * seen last back, and in *@after how long it took. */
+static int
+threads_back_to(pid_t pid, int want, double secs, double *after)
+{
+    double t0 = tu_now();
+    int n;
+
+    while ((n = thread_count(pid)) > want && tu_now() - t0 < secs)
+        usleep(20000);
+    *after = tu_now() - t0;
+    return n;
+}
+
+/* An execute answered 504 at its deadline (the provider answers nothing)
+ * leaves nothing running: its provider call is cancelled at the deadline
+ * (sbx_op_cancel()), so the server's threads are back to what they were
+ * before it within 1 s out of process (the plugin host ends the call at
+ * once; 3 s later before the cancel), not when the provider's calls would
+ * have ended; the execution is failed with the
+ * timeout payload (outcome unknown, not retryable) and metered once, as
+ * a failed execution is (CONTROL-PLANE.md §1: usage still metered): one
+ * usage event, "runtime_seconds" in seconds, of the execution, whose
+ * quantity and costs are the execution's, and the two ledger entries with
+ * those amounts. The server then executes on the sandbox again. */
+Test(server, an_execute_answered_504_leaves_no_thread_behind, .timeout = 120)
+{
+    pid_t fake;
+    char *fdir, *furl = start_e2b_fake_with(NULL, &fake, &fdir), *k, *id, *pe, *sql, *got,
+         *want;
+    const char *hdr[] = { "Idempotency-Key: abandoned-1", NULL };
+    cpu_server *s;
+    cpu_response *r;
+    int base, n;
+    double after, bound;
+
+    /* Out of process the plugin host ends the cancelled call at once; in
+     * process the e2b plugin's own thread of the command, which the cancel
+     * does not stop, ends by its calls' deadlines (about 3 s after the 504
+     * here). */
+    bound = getenv("SBX_PLUGIN_MODE") && !strcmp(getenv("SBX_PLUGIN_MODE"), "inprocess")
+                ? 3 + 2.0 : 1.0;
+    s = start_with_e2b_and(furl, "BESPOKE_PROVIDER_TIMEOUT_SECS=2");
+    k = cpu_bootstrap(s, "eta", NULL);
+    r = cpu_http(s->url, "POST", "/v1/sandboxes", k, NULL, "{\"backend\":\"e2b\"}");
+    cr_assert_eq(r->status, 201, "%s", r->body);
+    id = strdup(cpu_jstr(r, "id"));
+    cpu_response_free(r);
+    pe = path_of("/v1/sandboxes/%s/execute", id);
+    /* One execute first, so that every thread a first one starts for good
+     * (the plugin's, the outbox's) is running before the count. */
+    r = cpu_http(s->url, "POST", pe, k, NULL, "{\"command\":\"echo hi\"}");
+    cr_assert_eq(r->status, 200, "%s", r->body);
+    cpu_response_free(r);
+    settle(s, k);
+    usleep(300000);
+    base = thread_count(s->pid);
+
+    fake_faults(furl, "[{\"method\":\"POST\",\"path\":\"^/process.Process/\",\"action\":\"hang\","
+                      "\"delay\":60,\"times\":-1}]");
+    r = cpu_http(s->url, "POST", pe, k, hdr, "{\"command\":\"echo hi\",\"timeout_secs\":1}");
+    cr_assert_eq(r->status, 504, "%s", r->body);
+    cr_assert_str_eq(r->body, "{\"detail\":{\"message\":\"Provider request timed out.\","
+                              "\"code\":\"timeout\",\"backend\":\"e2b\",\"op\":\"execute\","
+                              "\"retryable\":false,\"outcome\":\"unknown\",\"context\":{}}}");
+    cpu_response_free(r);
+    n = threads_back_to(s->pid, base, 30, &after);
+    cr_assert(n <= base && after < bound,
+              "%d threads %.2f s after the 504 (%d before it)", n, after, base);
+
+    settle(s, k);
+    sql = tu_strdup_printf("SELECT status || '|' || error FROM executions"
+                           " WHERE request_id = 'abandoned-1'");
+    got = db_list(sql);
+    free(sql);
+    cr_assert_str_eq(got, "failed|{\"message\":\"Provider request timed out.\","
+                          "\"code\":\"timeout\",\"backend\":\"e2b\",\"op\":\"execute\","
+                          "\"retryable\":false,\"outcome\":\"unknown\",\"context\":{}}");
+    free(got);
+    assert_metered_once("abandoned-1");
+    sql = tu_strdup_printf("SELECT u.metric || '|' || u.unit || '|' || u.quantity || '|' ||"
+                           " u.provider_cost_usd || '|' || u.customer_cost_usd || '|' ||"
+                           " u.created_at FROM usage_events u JOIN executions e"
+                           " ON e.id = u.execution_id WHERE u.request_id = 'abandoned-1'");
+    got = db_list(sql);
+    free(sql);
+    sql = tu_strdup_printf("SELECT 'runtime_seconds|second|' || runtime_seconds || '|' ||"
+                           " provider_cost_usd || '|' || customer_cost_usd || '|' ||"
+                           " completed_at FROM executions WHERE request_id = 'abandoned-1'");
+    want = db_list(sql);
+    free(sql);
+    cr_assert_str_eq(got, want);
+    free(got);
+    free(want);
+    sql = tu_strdup_printf("SELECT l.kind || '|' || l.amount_usd FROM ledger_entries l"
+                           " JOIN usage_events u ON u.id = l.usage_event_id"
+                           " WHERE u.request_id = 'abandoned-1' ORDER BY l.kind");
+    got = db_list(sql);
+    free(sql);
+    sql = tu_strdup_printf("SELECT 'customer_cost|' || customer_cost_usd || ',provider_cost|' ||"
+                           " provider_cost_usd FROM executions WHERE request_id = 'abandoned-1'");
+    want = db_list(sql);
+    free(sql);
+    cr_assert_str_eq(got, want);
+    free(got);
+    free(want);
+
+    /* The provider answers again: so does the sandbox. */
+    fake_faults(furl, "[]");
+    r = cpu_http(s->url, "POST", pe, k, NULL, "{\"command\":\"echo again\"}");
+    cr_assert_eq(r->status, 200, "%s", r->body);
+    cr_assert_str_eq(cpu_jstr(r, "stdout"), "again\n");
+    cpu_response_free(r);
+    free(pe);
     free(id);
     free(k);
     cpu_stop(s);
