@@ -37,6 +37,11 @@ static pthread_mutex_t write_lock = PTHREAD_MUTEX_INITIALIZER;
 /* WAL frames that wake the checkpointer: SQLite's default autocheckpoint
  * threshold (SQLITE_DEFAULT_WAL_AUTOCHECKPOINT). */
 #define CHECKPOINT_FRAMES 1000
+/* WAL frames past which the checkpointer is behind (a busy machine has not
+ * given its thread a CPU since it was woken): the committing connection
+ * then checkpoints itself, as SQLite's own autocheckpoint would, so the WAL
+ * stays bounded whatever the load. */
+#define CHECKPOINT_BEHIND_FRAMES 1500
 
 /* The store's background checkpointer (shared_open()). */
 typedef struct sq_shared {
@@ -69,15 +74,17 @@ set_err(char **err, sqlite3 *db, const char *what)
 }
 
 /* The WAL hook of pooled connections (sqlite3_wal_hook(), called after
- * each commit with the WAL's size in frames): wakes the checkpointer. */
+ * each commit with the WAL's size in frames): wakes the checkpointer, or,
+ * when it is behind, checkpoints on the committing connection (PASSIVE, as
+ * SQLite's default hook does; a failure is retried at the next commit). */
 static int
 wal_hook(void *arg, sqlite3 *db, const char *name, int frames)
 {
     sq_shared *sh = arg;
 
-    (void)db;
-    (void)name;
-    if (frames >= CHECKPOINT_FRAMES) {
+    if (frames >= CHECKPOINT_BEHIND_FRAMES) {
+        sqlite3_wal_checkpoint_v2(db, name, SQLITE_CHECKPOINT_PASSIVE, NULL, NULL);
+    } else if (frames >= CHECKPOINT_FRAMES) {
         pthread_mutex_lock(&sh->lock);
         sh->want = 1;
         pthread_cond_signal(&sh->wake);
