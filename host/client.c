@@ -1038,10 +1038,14 @@ sbx_sandbox_create(sbx_client *client, const sbx_options *options, sbx_error **e
     if (req.timeout_secs < 0 && refuse_no_lifetime(client, options, op, &err) < 0)
         goto fail;
     /* The lifetime counts from when the sandbox is usable: this is the
-     * expiry were it usable now, the first guess the record keeps; it is
-     * counted again once the create returns (a pull or a provider's boot
-     * does not eat the caller's lifetime). */
+     * expiry were it usable now, the first guess the record keeps; the
+     * record's is counted again once the create returns (a pull or a
+     * provider's boot does not make sbx_gc() reap early). The default exec
+     * timeout keeps this one, the earliest: a provider may start its own
+     * count before the create returns, and a command the default bounds
+     * must time out (124) before the provider ends the sandbox under it. */
     req.expires_at = req.timeout_secs > 0 ? sbx_wallclock_now() + req.timeout_secs : 0;
+    expires_mono = req.timeout_secs > 0 ? sbx_monotonic_now() + req.timeout_secs : 0;
     req.image = sbx_options_get0_image(options);
     req.template_name = sbx_options_get0_template(options);
     req.snapshot_id = sbx_options_get0_snapshot_id(options);
@@ -1111,10 +1115,8 @@ sbx_sandbox_create(sbx_client *client, const sbx_options *options, sbx_error **e
             sandbox_free(handle);
         goto oom;
     }
-    if (req.timeout_secs > 0) {
+    if (req.timeout_secs > 0)
         req.expires_at = sbx_wallclock_now() + req.timeout_secs;
-        expires_mono = sbx_monotonic_now() + req.timeout_secs;
-    }
     memcpy(sandbox->token, token, sizeof(sandbox->token));
     sandbox->client = client;
     sandbox->handle = handle;
