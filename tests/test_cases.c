@@ -571,6 +571,19 @@ Test(case55, a_orphans_are_reaped_no_zombies_pile_up)
     for (int run = 0; run < 5; run++) {
         sbx_result *r = tu_sh(g_sb, case55_z, 60);
         tu_assert_exit(r, 0);
+        /* On a loaded machine the last of the 50 forks can start so late
+         * that its sleep ends as the count runs: a zombie for the moment
+         * until PID 1 is given a CPU, which is not a pile-up. Such a run
+         * is made once more; an init that never reaps prints 50 again. */
+        size_t n = 0;
+        const char *out = sbx_result_get0_stdout(r, &n);
+        if (own_pid_ns && (n != 2 || memcmp(out, "0\n", 2) != 0)) {
+            cr_log_warn("CASE-55 run %d counted %.*s zombie(s) as it ended; run again", run,
+                        (int)n, out);
+            sbx_result_free(r);
+            r = tu_sh(g_sb, case55_z, 60);
+            tu_assert_exit(r, 0);
+        }
         if (own_pid_ns)
             tu_assert_stdout(r, "0\n");
         sbx_result_free(r);
