@@ -1546,15 +1546,17 @@ static dt_session *dt_session_open(struct sbx_plugin_sandbox *sb, const sbx_call
  * timeout would kill the command's children and leave the rest of its
  * script running). The subshell is the fork the session's shell makes for
  * any program it runs, and its exec is the sh: one process, as a bare
- * "/bin/sh -c" would be. The session's shell's own stderr is /dev/null
+ * "/bin/sh -c" would be (bash forks for either; dash vforks a bare
+ * program and forks a subshell, a few tenths of a millisecond: see
+ * bench/README.md). The session's shell's own stderr is /dev/null
  * for the line, the command's is the session's (fd 3, moved back to 2 in
  * the subshell and closed there): a shell reports a foreground child
  * that a signal ended ("Terminated", "Killed") on its stderr, which the
  * daemon keeps as the command's, and dash writes it with the child's
  * redirections in place, so only a redirection made in the child (the
  * subshell's) gives the command its stderr and leaves the report
- * elsewhere. The ":" (or the rm) keeps the braces' body more than the
- * subshell: dash's parser gives "{ ( ... ) R1; } R2" to the subshell as
+ * elsewhere. The ":" (or the rm) keeps the braces' body from being the
+ * subshell alone: dash's parser makes "{ ( ... ) R1; } R2" the subshell
  * "( ... ) R2", dropping R1. An argv command keeps the sh -c as well (see
  * the top of the file: a bare program in the session's bash is not the
  * program sh's "exec" runs, and a script without #! would run unmarked).
