@@ -772,6 +772,46 @@ Test(rate_limit, a_request_sent_once_is_not_resent)
     cl_http_free(h);
 }
 
+/* A read (CL_SAFE) whose final_status is 502: a 502 is its answer at once
+ * (one request, no wait), which the caller looks into before anything is
+ * sent again; a 503 before it is retried as for any read (two requests,
+ * the 502 the answer); without final_status the 502 is retried too (three
+ * requests, the 200 the answer). */
+Test(rate_limit, a_final_status_is_answered_at_once)
+{
+    static const answer first[] = { { 502, "" }, { 200, "" } };
+    static const answer second[] = { { 503, "" }, { 502, "" }, { 200, "" } };
+    static const struct {
+        const answer *script;
+        size_t n;
+        long final_status, status;
+        int attempts;
+    } rounds[] = {
+        { first, 2, 502, 502, 1 },
+        { second, 3, 502, 502, 2 },
+        { second, 3, 0, 200, 3 },
+    };
+    for (size_t i = 0; i < sizeof rounds / sizeof rounds[0]; i++) {
+        script_server sv;
+        server_start(&sv, rounds[i].script, rounds[i].n);
+        cl_http *h = quick_client(3, 0);
+        char url[64];
+        snprintf(url, sizeof(url), "http://127.0.0.1:%d/process.Process/Connect", sv.port);
+        sbx_call_ctx ctx = { .struct_size = sizeof(ctx), .cancel_fd = -1 };
+        cl_req rq = { .method = "GET", .url = url, .idempotent = CL_SAFE, .secs = 30,
+                      .final_status = rounds[i].final_status, .what = "re-attach" };
+        cl_resp r;
+        cr_assert_eq(cl_request(h, &ctx, &rq, &r, "exec", NULL), 0, "round %zu", i);
+        cr_assert_eq(r.status, rounds[i].status, "round %zu: %ld", i, r.status);
+        cr_assert_eq(r.attempts, rounds[i].attempts, "round %zu: %d", i, r.attempts);
+        if (rounds[i].attempts == 1)
+            cr_assert_eq(r.waited_s, 0);
+        cr_assert_eq(server_stop(&sv), rounds[i].attempts, "round %zu", i);
+        cl_resp_clear(&r);
+        cl_http_free(h);
+    }
+}
+
 /* A request to 127.0.0.1:@port/sandbox/sb-1: GET (CL_SAFE, a read) or, with
  * @unsafe, POST (CL_UNSAFE, a command's start); cl_request's value. */
 static int send_one(cl_http *h, int port, int unsafe, cl_resp *r, sbx_error **err)

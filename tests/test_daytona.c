@@ -22,7 +22,9 @@
  * execute_code in each language the reference gives Daytona (python,
  * javascript, typescript, ruby, go) and the shells, running real code;
  * CASE-52 C (a command quiet for 12 s, run at once or streamed, is not cut,
- * and ends at its own timeout), A (behind a 5 s idle reaper in front of the
+ * and ends at its own timeout; a command a signal ended, by its timeout
+ * or itself, has only its own stderr: not its session shell's report of
+ * it), A (behind a 5 s idle reaper in front of the
  * toolbox: the cut request's command is found by its mark and its logs
  * followed again, one start; a start the daemon never had, dropped, is
  * sent again once) and D (the fake's idle stop at 5 s: the
@@ -813,7 +815,9 @@ Test(daytona_faults, an_image_without_perl_takes_one_request)
 /* A command given as an argv runs under sh -c like any other (daytona.c,
  * top: a bare program in the daemon's bash session could differ): its
  * line at the daemon is exactly the marker, then /bin/sh -c with "exec"
- * and the quoted words, then /dev/null as its stdin. What that line gives
+ * and the quoted words, exec'd in a subshell whose stderr is the
+ * command's, its group's stdin /dev/null and its session shell's stderr
+ * /dev/null (daytona.c, dt_command_line). What that line gives
  * for a program with no #! line: it is read by /bin/sh (exit 3, its
  * arguments whole), and when it runs past its timeout it is killed whole
  * (its shell loop is gone once the exec returned). The fake runs each
@@ -862,12 +866,13 @@ Test(daytona_faults, an_argv_command_runs_under_sh_c_like_any_other)
     cr_assert(json_object_object_get_ex(body, "command", &cv), "%s",
               json_object_to_json_string(body));
     const char *line = json_object_get_string(cv);
-    cr_assert_eq(regcomp(&re, "^SBX_EXEC_ID=sbx-exec-[0-9a-f]{24} ", REG_EXTENDED | REG_NOSUB),
-                 0);
+    cr_assert_eq(regcomp(&re, "^\\{ :; \\( SBX_EXEC_ID=sbx-exec-[0-9a-f]{24} ",
+                         REG_EXTENDED | REG_NOSUB), 0);
     cr_assert_eq(regexec(&re, line, 0, NULL, 0), 0, "%s", line);
     regfree(&re);
-    cr_assert_str_eq(line + strlen("SBX_EXEC_ID=sbx-exec-") + 25,
-                     "/bin/sh -c 'exec '\\''/tmp/ns'\\'' '\\''a b'\\''' sh < '/dev/null'");
+    cr_assert_str_eq(line + strlen("{ :; ( SBX_EXEC_ID=sbx-exec-") + 25,
+                     "exec /bin/sh -c 'exec '\\''/tmp/ns'\\'' '\\''a b'\\''' sh ) 2>&3 3>&-; } "
+                     "< '/dev/null' 3>&2 2>/dev/null");
     json_object_put(body);
     free(ex);
 
@@ -1631,8 +1636,9 @@ Test(daytona_faults, case52_a_quiet_command_is_not_cut)
 
 /* C: the quiet command's bound is its own timeout: cut at 2 s (124, timed
  * out, nothing on stdout), run at once or streamed, not run to its end
- * (30 s); its process is gone after. (stderr is not asserted: the session's
- * shell reports its killed child there, "Terminated".) */
+ * (30 s); its process is gone after; its stderr is empty (the session's
+ * shell's report of its killed child, "Terminated", is not the command's
+ * output). */
 Test(daytona_faults, case52_a_quiet_command_ends_at_its_own_timeout)
 {
     for (int stream = 0; stream < 2; stream++) {
@@ -1651,6 +1657,7 @@ Test(daytona_faults, case52_a_quiet_command_ends_at_its_own_timeout)
         cr_assert_eq(sbx_result_get_exit_code(r), 124);
         cr_assert_eq(sbx_result_is_timed_out(r), 1);
         tu_assert_stdout(r, "");
+        tu_assert_stderr(r, "");
         sbx_result_free(r);
         cr_assert(dt >= 2.0 && dt < 8.0, "the command took %.2f s", dt);
         cr_assert_eq(c.n - c.err, 0, "%d chunks on stdout: %.*s", c.n - c.err, (int)c.len,
@@ -1660,6 +1667,65 @@ Test(daytona_faults, case52_a_quiet_command_ends_at_its_own_timeout)
         free(check);
         tu_assert_stdout(r, "1\n");
         sbx_result_free(r);
+    }
+}
+
+/* A command ended by a signal: its stderr is exactly what it wrote. The
+ * session's shell reports a foreground child a signal ended on its own
+ * stderr ("Terminated", "Killed"), which the daemon keeps as the
+ * command's; that report is not the command's output. Each round writes
+ * "before" to stderr first:
+ *  0. then sleeps past its timeout (1 s), run at once: 124, timed out;
+ *  1. the same with an output callback (its output followed);
+ *  2. the same with stdin, which it copies to stdout first;
+ *  3. ignoring SIGTERM (its sleep too), so that the timeout's SIGKILL
+ *     ends it after the grace: 124, timed out;
+ *  4. then signals its own shell with SIGTERM: 143 (128 + 15), not timed
+ *     out.
+ * Nothing else on stderr, stdout exactly what it wrote, each round within
+ * its bound. */
+Test(daytona_faults, a_command_ended_by_a_signal_has_only_its_own_stderr)
+{
+    static const struct {
+        const char *shell, *in, *out;
+        int stream, timeout, exit_code, timed_out;
+    } rounds[] = {
+        { "echo before >&2; sleep 30", NULL, "", 0, 1, 124, 1 },
+        { "echo before >&2; sleep 30", NULL, "", 1, 1, 124, 1 },
+        { "cat; echo before >&2; sleep 30", "in\n", "in\n", 0, 1, 124, 1 },
+        { "trap '' TERM; echo before >&2; sleep 30", NULL, "", 0, 1, 124, 1 },
+        { "echo before >&2; kill -TERM $$; echo after", NULL, "", 0, 10, 143, 0 },
+    };
+    for (size_t i = 0; i < sizeof rounds / sizeof rounds[0]; i++) {
+        chunks c = { .len = 0 };
+        sbx_exec_request req = SBX_EXEC_REQUEST_INIT;
+        req.shell = rounds[i].shell;
+        req.timeout_secs = rounds[i].timeout;
+        if (rounds[i].in) {
+            req.stdin_data = rounds[i].in;
+            req.stdin_len = strlen(rounds[i].in);
+        }
+        if (rounds[i].stream) {
+            req.on_output = count_chunks;
+            req.user_data = &c;
+        }
+        double t0 = tu_now();
+        sbx_result *r = tu_exec(g_sb, &req);
+        double dt = tu_now() - t0;
+        cr_assert_eq(sbx_result_get_exit_code(r), rounds[i].exit_code, "round %zu: exit %d", i,
+                     sbx_result_get_exit_code(r));
+        cr_assert_eq(sbx_result_is_timed_out(r), rounds[i].timed_out, "round %zu", i);
+        tu_assert_stdout(r, rounds[i].out);
+        tu_assert_stderr(r, "before\n");
+        sbx_result_free(r);
+        double bound = rounds[i].timed_out ? rounds[i].timeout + SBX_KILL_GRACE_SECS + 3.0 : 5.0;
+        cr_assert(dt >= (rounds[i].timed_out ? rounds[i].timeout - 0.05 : 0.0) && dt < bound,
+                  "round %zu took %.2f s", i, dt);
+        if (rounds[i].stream) {
+            cr_assert_eq(c.err, 1, "round %zu: %d chunks on stderr", i, c.err);
+            cr_assert_eq(c.n, 1, "round %zu: %d chunks", i, c.n);
+            tu_assert_bytes("the streamed stderr", c.out, c.len, "before\n", 7);
+        }
     }
 }
 

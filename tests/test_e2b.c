@@ -832,10 +832,17 @@ Test(e2b, files_case46_cwd_holds_for_every_part)
     tu_files_case46(g_sb);
 }
 
+typedef struct vanish_at {
+    const char *id;
+    double t;           /* when its delete was asked (tu_now) */
+} vanish_at;
+
 static void *vanish_later(void *ud)
 {
+    vanish_at *v = ud;
     usleep(1000000);
-    char *path = tu_strdup_printf("/_fake/sandbox/%s/vanish", (const char *)ud);
+    char *path = tu_strdup_printf("/_fake/sandbox/%s/vanish", v->id);
+    v->t = tu_now();
     cr_assert_eq(fake_call("POST", path, NULL), 204);
     free(path);
     return NULL;
@@ -843,29 +850,42 @@ static void *vanish_later(void *ud)
 
 /* CASE-32 mid-command: the sandbox vanishes 1 s into a 10 s command (envd
  * goes with it: the stream is cut without its end): the exec fails
- * not_found "gone" with sandbox_id in its context, not a result of the
- * killed command; its re-attach meets the proxy's 502 "The sandbox was not
- * found" (retried, as a paused sandbox answers it too) before the sandbox
- * is found gone, within 30 s. */
+ * not_found "gone", not retryable, with reason "gone" and sandbox_id in its
+ * context, not a result of the killed command, within 2 s of the delete:
+ * its re-attach (process.Process/Connect) meets the proxy's 502 "The
+ * sandbox was not found", which is not sent again before the control plane
+ * is asked (GET /sandboxes/ID: 404). One Connect, one GET of the sandbox
+ * after the delete. */
 Test(e2b, a_sandbox_vanishing_mid_command_is_gone_with_its_id)
 {
     g_sb = create_with_lifetime(600);
     char *id = strdup(sbx_sandbox_get0_id(g_sb));
+    vanish_at v = { id, 0 };
     pthread_t t;
-    cr_assert_eq(pthread_create(&t, NULL, vanish_later, id), 0);
+    tu_fake_reset();
+    cr_assert_eq(pthread_create(&t, NULL, vanish_later, &v), 0);
     sbx_exec_request req = SBX_EXEC_REQUEST_INIT;
     req.shell = "sleep 10; echo done";
     req.timeout_secs = 60;
-    double t0 = tu_now();
     sbx_error *err = tu_exec_fail(g_sb, &req, SBX_ERROR_NOT_FOUND);
-    double dt = tu_now() - t0;
+    double t1 = tu_now();
     pthread_join(t, NULL);
-    cr_assert(dt < 30.0, "the exec failed after %.2f s", dt);
+    cr_assert(v.t > 0 && t1 - v.t < 2.0, "the exec failed %.2f s after the delete", t1 - v.t);
+    cr_assert_str_eq(sbx_error_get0_backend(err), "e2b");
+    cr_assert_eq(sbx_error_is_retryable(err), 0);
     cr_assert_str_eq(sbx_error_get0_context(err, "reason"), "gone", "%s",
                      sbx_error_get0_message(err));
     const char *got = sbx_error_get0_context(err, "sandbox_id");
     cr_assert_not_null(got, "no sandbox_id: %s", sbx_error_get0_message(err));
     cr_assert_str_eq(got, id);
     sbx_error_free(err);
+    json_object *log = tu_fake_log();
+    char *get_re = tu_strdup_printf("^/sandboxes/%s$", id);
+    int gets = tu_fake_count(log, "GET", get_re, NULL, 0);
+    cr_assert_eq(tu_fake_count(log, "POST", "^/process\\.Process/Connect$", NULL, 0), 1, "%s",
+                 json_object_to_json_string(log));
+    cr_assert_eq(gets, 1, "%s", json_object_to_json_string(log));
+    json_object_put(log);
+    free(get_re);
     free(id);
 }

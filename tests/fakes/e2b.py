@@ -599,10 +599,13 @@ class E2BHandler(fakehttp.Handler):
             # when it exits is still sent.
             p.popen.wait()
             p.exited = True
-            if p.popen.returncode < 0:
+            if p.popen.returncode < 0 and p.box.running():
                 # Killed: the command itself is reaped before its end event
                 # (envd is its parent); here it is the wrapper's child, so
                 # wait (a little) for the group to be gone, zombies too.
+                # Not when its sandbox was killed or paused under it: envd
+                # went with it, no end event comes, and its streams are cut
+                # at once.
                 until = time.time() + 2.0
                 while time.time() < until:
                     try:

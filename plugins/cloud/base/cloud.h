@@ -397,6 +397,12 @@ typedef struct cl_req {
                                  * provider's error, and its replay of the
                                  * same idempotency key would only repeat
                                  * it); 429s are handled as for any request */
+    long final_status;          /* an answer with this HTTP status is the
+                                 * last word of this call, never re-sent,
+                                 * returned at once (a status the caller
+                                 * looks into itself before anything is
+                                 * sent again, such as E2B's envd 502 of a
+                                 * sandbox that may be gone); 0: none */
 } cl_req;
 
 typedef struct cl_resp {

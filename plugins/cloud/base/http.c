@@ -771,7 +771,8 @@ int cl_request(cl_http *c, const sbx_call_ctx *ctx, const cl_req *req, cl_resp *
             /* A token create's 429: a refusal, re-sent on a count of its own. */
             int rate = s == 429 && tc && !x.sunk;
             int retryable = rate || ((s == 429 || (s >= 500 && s <= 599 && !req->answers_final))
-                                     && req->idempotent && !x.sunk && !x.source_started);
+                                     && req->idempotent && !x.sunk && !x.source_started
+                                     && s != req->final_status);
             if (s == 429 && ra > c->retry.max_wait_s) {
                 cl_fail_status(c, error, SBX_ERROR_RATE_LIMITED, resp, op, what);
                 return -1;

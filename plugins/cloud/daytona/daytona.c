@@ -81,8 +81,11 @@
  *    the command ran ...", outcome unknown, context state (CASE-53).
  *    The command runs as
  *    "sh -c SCRIPT" (cl_shell_script: the cwd on a line of its own,
- *    CASE-46) with its environment as assignments in front of it, so that
- *    nothing stays in the session's shell. A command given as an argv
+ *    CASE-46) with its environment as assignments in front of it, exec'd
+ *    in a subshell, so that nothing stays in the session's shell; that
+ *    shell's own stderr is /dev/null for the line, so its report of a
+ *    command a signal ended ("Terminated") is not in the command's stderr
+ *    (dt_command_line). A command given as an argv
  *    does too, though its line could name the program bare: the session's
  *    shell is the daemon's pick (GetShell: zsh or bash when /etc/shells
  *    lists one, else $SHELL, else sh), and where it is bash, a program
@@ -1526,23 +1529,44 @@ static dt_session *dt_session_open(struct sbx_plugin_sandbox *sb, const sbx_call
 
 /* The command line the session's shell runs: the command's environment
  * (the marker, then the per-call overlay) as assignments in front of
- * sh -c SCRIPT, so that none of it stays in the session's shell, which
- * later commands reuse; its stdin the uploaded file, removed as soon as it
- * is open, or /dev/null. The sh -c is what keeps the command out of the
+ * "exec /bin/sh -c SCRIPT" in a subshell, so that none of it stays in the
+ * session's shell, which later commands reuse; its stdin the uploaded
+ * file, removed as soon as it is open, or /dev/null:
+ *
+ *   { :; ( SBX_EXEC_ID=TAG K='V' exec /bin/sh -c 'SCRIPT' sh ) 2>&3 3>&-; }
+ *     < /dev/null 3>&2 2>/dev/null
+ *
+ * (one line; "rm -f -- 'FILE';" in place of ":" and that file as the
+ * stdin with stdin). The sh is what keeps the command out of the
  * session's shell: the daemon runs the line in that shell itself (it
  * sources it), where the script's exit, cd or assignments would end or
  * change the session; and, exec'd with the marker in its environment, it
- * is a process exec_kill finds (a subshell, "( ... )", would be a fork
- * whose /proc environ lacks the marker: a timeout would kill the
- * command's children and leave the rest of its script running). An argv
- * command keeps the sh -c as well (see the top of the file: a bare
- * program in the session's bash is not the program sh's "exec" runs,
- * and a script without #! would run unmarked). A new string. */
+ * is a process exec_kill finds (the subshell's fork alone would lack the
+ * marker in its /proc environ, and $$ would name the session's shell: a
+ * timeout would kill the command's children and leave the rest of its
+ * script running). The subshell is the fork the session's shell makes for
+ * any program it runs, and its exec is the sh: one process, as a bare
+ * "/bin/sh -c" would be (bash forks for either; dash vforks a bare
+ * program and forks a subshell, a few tenths of a millisecond: see
+ * bench/README.md). The session's shell's own stderr is /dev/null
+ * for the line, the command's is the session's (fd 3, moved back to 2 in
+ * the subshell and closed there): a shell reports a foreground child
+ * that a signal ended ("Terminated", "Killed") on its stderr, which the
+ * daemon keeps as the command's, and dash writes it with the child's
+ * redirections in place, so only a redirection made in the child (the
+ * subshell's) gives the command its stderr and leaves the report
+ * elsewhere. The ":" (or the rm) keeps the braces' body from being the
+ * subshell alone: dash's parser makes "{ ( ... ) R1; } R2" the subshell
+ * "( ... ) R2", dropping R1. An argv command keeps the sh -c as well (see
+ * the top of the file: a bare program in the session's bash is not the
+ * program sh's "exec" runs, and a script without #! would run unmarked).
+ * A new string. */
 static char *dt_command_line(dt_proc *p, const char *stdin_path)
 {
     cl_buf b = { 0 };
     char *qi = cl_shell_quote(stdin_path ? stdin_path : "/dev/null");
-    int bad = !qi || (stdin_path && cl_buf_printf(&b, "{ rm -f -- %s; ", qi) < 0);
+    int bad = !qi || (stdin_path ? cl_buf_printf(&b, "{ rm -f -- %s; ( ", qi)
+                                 : cl_buf_printf(&b, "{ :; ( ")) < 0;
     bad |= cl_buf_printf(&b, CL_EXEC_MARK "=%s ", p->tag) < 0;
     for (size_t i = 0; p->env && p->env[i] && !bad; i++) {
         const char *eq = strchr(p->env[i], '=');
@@ -1553,10 +1577,8 @@ static char *dt_command_line(dt_proc *p, const char *stdin_path)
         free(q);
     }
     char *qs = cl_shell_quote(p->script);
-    bad |= !qs || cl_buf_printf(&b, "/bin/sh -c %s sh", qs) < 0;
-    if (!bad)
-        bad = stdin_path ? cl_buf_printf(&b, "; } < %s", qi) < 0
-                         : cl_buf_printf(&b, " < %s", qi) < 0;
+    bad |= !qs || cl_buf_printf(&b, "exec /bin/sh -c %s sh ) 2>&3 3>&-; } < %s 3>&2 2>/dev/null",
+                                qs, qi) < 0;
     free(qs);
     free(qi);
     return cl_buf_take(&b, bad);

@@ -87,10 +87,12 @@
  *  - lifetime: resume and start send POST /sandboxes/{id}/connect with
  *    {"timeout": the remaining lifetime} read from endAt, never a shorter
  *    one (CASE-33). stop pauses (POST /pause). An envd 502 "not found" is
- *    looked up: a paused sandbox is connected and the call sent once more
- *    (it cannot have run, CASE-53); a sandbox the control plane no longer
- *    has is not_found with reason "gone" (CASE-32), and every later call
- *    fails at once.
+ *    looked up on the control plane at once, before any re-send: a paused
+ *    sandbox is connected and the call sent once more (it cannot have run,
+ *    CASE-53); a sandbox the control plane no longer has is not_found with
+ *    reason "gone" (CASE-32; a command's re-attach meets it as soon as its
+ *    sandbox is deleted), and every later call fails at once; a running
+ *    one's safe call is sent again with the client's retries.
  *
  * Threading: slots may run at once on different sandboxes and on one; a
  * sandbox's mutable state (gone flag, access token) is guarded by its lock.
@@ -365,15 +367,22 @@ static const char *const *e2b_hdrs_make(struct sbx_plugin_sandbox *sb, e2b_hdrs 
  * A request to @sb's envd at @path: 0 with a 2xx answer in @r; -1 with an
  * error stored when no answer came or the sandbox is gone; -1 with no error
  * stored and r->status set for another answer (the caller names it, with
- * e2b_envd_fail). An envd 502 (the sandbox is not running there) is looked
- * up on the control plane: gone, or paused and connected, then the request
- * is sent once more when its body can be (no streamed source).
+ * e2b_envd_fail). An envd 502 (the sandbox is not running there) is not
+ * sent again by itself: it is looked up on the control plane at once
+ * (GET /sandboxes/{id}, once): gone (404) fails at once with the gone
+ * error (CASE-32: a sandbox deleted under a command is reported gone
+ * within the GET's time, not after the client's retries); paused, it is
+ * connected and the request sent once more when its body can be (no
+ * streamed source; CASE-53); running (or the GET gave no answer), a
+ * CL_SAFE request is sent again with the client's retries, as any 5xx
+ * is, and a last 502 looked up once more (a CL_UNSAFE one fails).
  */
 static int e2b_envd(struct sbx_plugin_sandbox *sb, const sbx_call_ctx *ctx, cl_req *rq,
                     const char *path, const char *user, const char *extra, cl_resp *r,
                     const char *op, sbx_error **error)
 {
-    for (int attempt = 0;; attempt++) {
+    int woken = 0, retried = 0;
+    for (;;) {
         if (e2b_check(sb, op, error) < 0)
             return -1;
         pthread_mutex_lock(&sb->lock);
@@ -383,6 +392,7 @@ static int e2b_envd(struct sbx_plugin_sandbox *sb, const sbx_call_ctx *ctx, cl_r
         rq->headers = e2b_hdrs_make(sb, &h, user, extra);
         rq->url = url;
         rq->no_auth = 1;
+        rq->final_status = retried ? 0 : 502;
         int rc = url ? cl_request(sb->s.c->cl.http, ctx, rq, r, op, error) : -1;
         if (!url)
             cl_fail(error, SBX_ERROR_RESOURCE_EXHAUSTED, op, "out of memory");
@@ -390,13 +400,14 @@ static int e2b_envd(struct sbx_plugin_sandbox *sb, const sbx_call_ctx *ctx, cl_r
         e2b_hdrs_clear(&h);
         rq->url = NULL;
         rq->headers = NULL;
+        rq->final_status = 0;
         if (rc < 0)
             return -1;
         if (r->status / 100 == 2)
             return 0;
         if (r->status != 502)
             return -1;
-        /* Not running at envd: gone, or paused (CASE-32, CASE-53). */
+        /* Not running at envd: gone, paused or running (CASE-32, CASE-53). */
         long st;
         json_object *d = e2b_get(sb->s.c, ctx, sb->s.id, &st, op, NULL);
         const char *state = d ? cl_json_str(d, "state") : NULL;
@@ -407,17 +418,23 @@ static int e2b_envd(struct sbx_plugin_sandbox *sb, const sbx_call_ctx *ctx, cl_r
             e2b_gone_error(error, op, sb->s.id);
             return -1;
         }
-        if (!paused || attempt > 0) {
+        int again = paused ? !woken : !retried && rq->idempotent == CL_SAFE;
+        if (!again || (rq->source && !paused)) {
             cl_fail_status(sb->s.c->cl.http, error, SBX_ERROR_CONNECTION, r, op, rq->what);
             return -1;
         }
-        if (e2b_wake(sb, ctx, 0, op, error) < 0)
-            return -1;
-        if (rq->source) {
-            cl_context(cl_fail(error, SBX_ERROR_CONNECTION, op,
-                               "%s: e2b sandbox %s was paused and has been resumed; the data "
-                               "was not sent", rq->what, sb->s.id), "state", "paused");
-            return -1;
+        if (paused) {
+            woken = 1;
+            if (e2b_wake(sb, ctx, 0, op, error) < 0)
+                return -1;
+            if (rq->source) {
+                cl_context(cl_fail(error, SBX_ERROR_CONNECTION, op,
+                                   "%s: e2b sandbox %s was paused and has been resumed; the "
+                                   "data was not sent", rq->what, sb->s.id), "state", "paused");
+                return -1;
+            }
+        } else {
+            retried = 1;    /* running: the client's retries, as for any 5xx */
         }
         cl_resp_clear(r);
         memset(r, 0, sizeof(*r));
