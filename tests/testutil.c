@@ -954,6 +954,26 @@ void tu_fake_assert_create_answered(sbx_client *client, const char *path_re, int
     json_object_put(log);
 }
 
+void tu_assert_bad_seconds_option(const char *backend, const char *key, const char *const *bad,
+                                  const char *range)
+{
+    for (size_t i = 0; bad[i]; i++) {
+        char *cfg = tu_strdup_printf("{\"%s\":%s}", key, bad[i]);
+        sbx_error *err = NULL;
+        sbx_client *c = sbx_client_new_with_config(backend, SBX_PLUGIN_MODE_DEFAULT, cfg, &err);
+        cr_assert_null(c, "%s was taken", cfg);
+        cr_assert_eq(sbx_error_get_code(err), SBX_ERROR_CONFIGURATION, "%s: %s", cfg,
+                     sbx_error_get0_message(err));
+        char *want = tu_strdup_printf("%s client option %s %s is not a number of seconds %s",
+                                      backend, key, bad[i], range);
+        cr_assert_str_eq(sbx_error_get0_message(err), want);
+        cr_assert_str_eq(sbx_error_get0_context(err, "option"), key);
+        free(want);
+        sbx_error_free(err);
+        free(cfg);
+    }
+}
+
 void tu_fake_assert_env_canaries(const char *backend, const char *own)
 {
     static const char *const canary[][2] = {

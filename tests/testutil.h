@@ -204,6 +204,14 @@ void tu_fake_assert_warm_execs_share_a_connection(sbx_sandbox *sb, int n, int pe
 void tu_fake_assert_create_answered(sbx_client *client, const char *path_re, int status,
                                     sbx_error_code code);
 
+/* For each JSON text in @bad (NULL-terminated): a client of @backend made
+ * with the config {"@key":VALUE} is refused with a configuration error
+ * whose message is exactly "@backend client option @key VALUE is not a
+ * number of seconds @range" (@range "from 0 to 86400", say) and whose
+ * context option is @key. */
+void tu_assert_bad_seconds_option(const char *backend, const char *key, const char *const *bad,
+                                  const char *range);
+
 /* CASE-48 on the hosted backend @backend through its fake: canaries are
  * put in this process's environment (E2B_API_KEY, ANTHROPIC_API_KEY,
  * AWS_SECRET_ACCESS_KEY, BESPOKE_CONTROL_PLANE_ADMIN_TOKEN, SSH_AUTH_SOCK;
