@@ -70,6 +70,17 @@ sbx_result *tu_sh(sbx_sandbox *sb, const char *script, double timeout_secs);
 sbx_error *tu_exec_fail(sbx_sandbox *sb, const sbx_exec_request *req,
                         sbx_error_code code);
 
+/* Asserts that @err (an exec's, a resume's) names the end of the lifetime
+ * of sandbox @id: its context expires_at is "YYYY-MM-DDTHH:MM:SSZ" (UTC,
+ * nothing after it), from @lifetime seconds after @wall0 (UNIX seconds,
+ * taken just before the create; 1 s allowed for the whole second) to
+ * @lifetime seconds after @wall0 + @took (seconds from the create to the
+ * sandbox's end), and its message is exactly "sandbox ID expired at WHEN
+ * (lifetime N s)" (N as %g). Returns that message: a new string (free()),
+ * for the calls that must say the same. */
+char *tu_assert_expired(const sbx_error *err, const char *id, double wall0, double took,
+                        double lifetime);
+
 /* Asserts that (@got, @got_len) equals (@want, @want_len) byte for byte,
  * reporting the first difference. @what names the buffer. */
 void tu_assert_bytes(const char *what, const void *got, size_t got_len,
