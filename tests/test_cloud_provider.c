@@ -3262,6 +3262,71 @@ Test(provider, backend_options_by_table)
     cr_assert_str_eq(cl_last()->msg, "acme backend_options: [1,2] is not a JSON object");
 }
 
+/* Client options by the same table: the keys it names are checked (the
+ * others left alone), in the table's order, and stored when all are of
+ * their type; an entry without a place is checked only. A value of another
+ * type is refused naming the client option, nothing stored. */
+Test(provider, client_options_by_table)
+{
+    int flag = 7;
+    char *name = NULL;
+    long long count = 9;
+    cl_option table[] = {
+        { "policy_id", CL_OPTION_STRING, 0, &name },
+        { "custom", CL_OPTION_BOOL, 0, &flag },
+        { "idle_secs", CL_OPTION_COUNT, 86400, &count },
+        { "team", CL_OPTION_STRING, 0, NULL },
+        { NULL, 0, 0, NULL },
+    };
+    const char *backend = cl_backend;
+    cl_backend = "acme";
+    cr_assert_eq(cl_client_options(NULL, table, NULL), 0);
+    json_object *cfg = json_tokener_parse("{\"api_url\":1,\"team\":\"t\"}");
+    cr_assert_eq(cl_client_options(cfg, table, NULL), 0);
+    json_object_put(cfg);
+    cr_assert_eq(flag, 7);
+    cr_assert_null(name);
+    cr_assert_eq(count, 9);
+    cfg = json_tokener_parse("{\"custom\":false,\"policy_id\":\"np-1\",\"idle_secs\":86400}");
+    cr_assert_eq(cl_client_options(cfg, table, NULL), 0);
+    json_object_put(cfg);
+    cr_assert_eq(flag, 0);
+    cr_assert_str_eq(name, "np-1");
+    cr_assert_eq(count, 86400);
+    free(name);
+    name = NULL;
+
+    static const struct {
+        const char *cfg, *msg, *key;
+    } bad[] = {
+        { "{\"custom\":1}", "acme client option custom 1 is not true or false", "custom" },
+        { "{\"policy_id\":\"\",\"custom\":true}",
+          "acme client option policy_id \"\" is not a non-empty string", "policy_id" },
+        { "{\"custom\":true,\"idle_secs\":0}",
+          "acme client option idle_secs 0 is not a whole number from 1 to 86400", "idle_secs" },
+        { "{\"policy_id\":\"np-2\",\"team\":null}",
+          "acme client option team null is not a non-empty string", "team" },
+    };
+    for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
+        sbx_error *err = NULL;
+        cfg = json_tokener_parse(bad[i].cfg);
+        cl_host = &rec_host;
+        cr_assert_eq(cl_client_options(cfg, table, &err), -1, "%s", bad[i].cfg);
+        cl_host = NULL;
+        json_object_put(cfg);
+        cr_assert_eq(cl_last()->code, SBX_ERROR_CONFIGURATION);
+        cr_assert_str_eq(cl_last()->msg, bad[i].msg);
+        char pairs[64];
+        snprintf(pairs, sizeof pairs, "option=%s;", bad[i].key);
+        cr_assert_str_eq(err->pairs, pairs);
+        free(err);
+        cr_assert_eq(flag, 0);
+        cr_assert_null(name);
+        cr_assert_eq(count, 86400);
+    }
+    cl_backend = backend;
+}
+
 /* The start of a resume that gets nothing: the state's id, client and a
  * workdir that is one (a bad one dropped); a state of another version is
  * refused, nothing made; the end puts the state. */
