@@ -991,6 +991,64 @@ void tu_assert_bad_seconds_option(const char *backend, const char *key, const ch
     }
 }
 
+size_t tu_fake_array_length(const char *path, const char *header)
+{
+    char *body = NULL;
+    int status = tu_fake_http("GET", path, header, NULL, &body);
+    cr_assert_eq(status, 200, "GET %s: %d %s", path, status, body ? body : "");
+    struct json_object *j = json_tokener_parse(body ? body : "");
+    cr_assert(j && json_object_is_type(j, json_type_array), "GET %s: %s", path,
+              body ? body : "");
+    size_t n = json_object_array_length(j);
+    json_object_put(j);
+    free(body);
+    return n;
+}
+
+/* The three ids tu_fake_assert_list_owned_pages looks for, and how often
+ * each, and any other, was listed. */
+typedef struct owned_seen {
+    const char *ids[3];
+    int found[3];
+    int others;
+} owned_seen;
+
+static int note_owned(const sbx_owned_sandbox *o, void *ud)
+{
+    owned_seen *s = ud;
+    for (int i = 0; i < 3; i++)
+        if (strcmp(o->id, s->ids[i]) == 0) {
+            s->found[i]++;
+            return 0;
+        }
+    s->others++;
+    return 0;
+}
+
+void tu_fake_assert_list_owned_pages(sbx_client *client, sbx_sandbox *sbs[3], const char *list_re)
+{
+    tu_fake_reset();
+    tu_fake_post("/_fake/config", "{\"page_cap\": 1}");
+    owned_seen seen = { { sbx_sandbox_get0_id(sbs[0]), sbx_sandbox_get0_id(sbs[1]),
+                          sbx_sandbox_get0_id(sbs[2]) }, { 0, 0, 0 }, 0 };
+    sbx_error *err = NULL;
+    /* It returns how many it found. */
+    int listed = sbx_client_list_owned(client, note_owned, &seen, &err);
+    cr_assert_eq(listed, 3, "%d listed: %s", listed, err ? sbx_error_get0_message(err) : "");
+    struct json_object *log = tu_fake_log();
+    int pages = tu_fake_count(log, "GET", list_re, NULL, 0);
+    json_object_put(log);
+    for (int i = 0; i < 3; i++) {
+        sbx_sandbox_destroy(sbs[i], NULL);
+        sbx_sandbox_free(sbs[i]);
+        sbs[i] = NULL;
+    }
+    for (int i = 0; i < 3; i++)
+        cr_assert_eq(seen.found[i], 1, "sandbox %d found %d times", i, seen.found[i]);
+    cr_assert_eq(seen.others, 0);
+    cr_assert(pages >= 3, "%d pages", pages);
+}
+
 void tu_fake_assert_env_canaries(const char *backend, const char *own)
 {
     static const char *const canary[][2] = {

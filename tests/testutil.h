@@ -223,6 +223,19 @@ void tu_fake_assert_create_answered(sbx_client *client, const char *path_re, int
 void tu_assert_bad_seconds_option(const char *backend, const char *key, const char *const *bad,
                                   const char *range);
 
+/* The length of the JSON array the fake answers 200 to GET @path (extra
+ * header line @header, NULL: none); asserts the status and the array. */
+size_t tu_fake_array_length(const char *path, const char *header);
+/* list_owned through the provider's pages: @sbs, three live sandboxes of
+ * @client, are listed by sbx_client_list_owned() after the fake's rules
+ * and log are emptied and its list pages cut to one item each (POST
+ * /_fake/config {"page_cap": 1}); asserts that it returns 3, that each of
+ * the three was listed once and no other sandbox, and that the fake logged
+ * 3 GETs or more whose path matches the extended regex @list_re (whole
+ * path). The three are destroyed and freed (their slots set NULL) before
+ * the counts are asserted. */
+void tu_fake_assert_list_owned_pages(sbx_client *client, sbx_sandbox *sbs[3], const char *list_re);
+
 /* CASE-48 on the hosted backend @backend through its fake: canaries are
  * put in this process's environment (E2B_API_KEY, ANTHROPIC_API_KEY,
  * AWS_SECRET_ACCESS_KEY, BESPOKE_CONTROL_PLANE_ADMIN_TOKEN, SSH_AUTH_SOCK;
