@@ -247,7 +247,7 @@ Test(blaxel, a_sandbox_the_provider_lost_is_gone)
 /* The live sandboxes at the fake (its control route, no credential). */
 static size_t fake_live(void)
 {
-    return tu_fake_array_length("/_fake/sandboxes", NULL);
+    return tu_fake_array_length("/_fake/sandboxes", NULL, NULL);
 }
 
 /* CASE-20: the provider makes the sandbox after the create call gave up;

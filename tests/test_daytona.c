@@ -1012,7 +1012,7 @@ Test(daytona_faults, case36_the_credential_is_never_shown)
 /* How many sandboxes the fake holds. */
 static size_t fake_sandbox_count(void)
 {
-    return tu_fake_array_length("/_fake/sandboxes", NULL);
+    return tu_fake_array_length("/_fake/sandboxes", NULL, NULL);
 }
 
 /* The create's answer comes 5 s after the client's create_timeout (1 s):

@@ -209,7 +209,7 @@ static size_t fake_live(void)
 {
     const char *key = getenv("E2B_API_KEY");
     char *h = tu_strdup_printf("X-API-Key: %s", key ? key : "");
-    size_t n = tu_fake_array_length("/v2/sandboxes", h);
+    size_t n = tu_fake_array_length("/v2/sandboxes", h, NULL);
     free(h);
     return n;
 }

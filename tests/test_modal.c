@@ -83,7 +83,7 @@ static int calls(const char *method, double *t, size_t tmax)
 /* The number of running sandboxes at the fake. */
 static size_t fake_live(void)
 {
-    return tu_fake_array_length("/_fake/sandboxes", NULL);
+    return tu_fake_array_length("/_fake/sandboxes", NULL, NULL);
 }
 
 /* ------------------------------------------------------------ CASE-19 */

@@ -991,15 +991,17 @@ void tu_assert_bad_seconds_option(const char *backend, const char *key, const ch
     }
 }
 
-size_t tu_fake_array_length(const char *path, const char *header)
+size_t tu_fake_array_length(const char *path, const char *header, const char *member)
 {
     char *body = NULL;
     int status = tu_fake_http("GET", path, header, NULL, &body);
     cr_assert_eq(status, 200, "GET %s: %d %s", path, status, body ? body : "");
-    struct json_object *j = json_tokener_parse(body ? body : "");
-    cr_assert(j && json_object_is_type(j, json_type_array), "GET %s: %s", path,
+    struct json_object *j = json_tokener_parse(body ? body : ""), *a = j;
+    if (member && !json_object_object_get_ex(j, member, &a))
+        a = NULL;
+    cr_assert(a && json_object_is_type(a, json_type_array), "GET %s: %s", path,
               body ? body : "");
-    size_t n = json_object_array_length(j);
+    size_t n = json_object_array_length(a);
     json_object_put(j);
     free(body);
     return n;

@@ -224,8 +224,9 @@ void tu_assert_bad_seconds_option(const char *backend, const char *key, const ch
                                   const char *range);
 
 /* The length of the JSON array the fake answers 200 to GET @path (extra
- * header line @header, NULL: none); asserts the status and the array. */
-size_t tu_fake_array_length(const char *path, const char *header);
+ * header line @header, NULL: none): the answer itself, or its member
+ * @member (NULL: the answer); asserts the status and the array. */
+size_t tu_fake_array_length(const char *path, const char *header, const char *member);
 /* list_owned through the provider's pages: @sbs, three live sandboxes of
  * @client, are listed by sbx_client_list_owned() after the fake's rules
  * and log are emptied and its list pages cut to one item each (POST
