@@ -251,16 +251,22 @@ sbx_error *tu_exec_fail(sbx_sandbox *sb, const sbx_exec_request *req,
     return err;
 }
 
-char *tu_assert_expired(const sbx_error *err, const char *id, double wall0, double took,
-                        double lifetime)
+double tu_expires_at(const sbx_error *err)
 {
     const char *when = sbx_error_get0_context(err, "expires_at");
-    cr_assert_not_null(when, "%s", sbx_error_get0_message(err));
+    cr_assert_not_null(when, "no expires_at in: %s", sbx_error_get0_message(err));
     struct tm tm;
     memset(&tm, 0, sizeof tm);
     const char *end = strptime(when, "%Y-%m-%dT%H:%M:%SZ", &tm);
     cr_assert(end && *end == '\0', "expires_at \"%s\" is not YYYY-MM-DDTHH:MM:SSZ", when);
-    double t_exp = (double)timegm(&tm);
+    return (double)timegm(&tm);
+}
+
+char *tu_assert_expired(const sbx_error *err, const char *id, double wall0, double took,
+                        double lifetime)
+{
+    double t_exp = tu_expires_at(err);
+    const char *when = sbx_error_get0_context(err, "expires_at");
     cr_assert(t_exp >= wall0 + lifetime - 1.0 && t_exp <= wall0 + took + lifetime,
               "expiry %s is not %g s after readiness", when, lifetime);
     char *want = tu_strdup_printf("sandbox %s expired at %s (lifetime %g s)", id, when, lifetime);

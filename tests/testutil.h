@@ -70,6 +70,9 @@ sbx_result *tu_sh(sbx_sandbox *sb, const char *script, double timeout_secs);
 sbx_error *tu_exec_fail(sbx_sandbox *sb, const sbx_exec_request *req,
                         sbx_error_code code);
 
+/* The expiry @err names (its context expires_at, "YYYY-MM-DDTHH:MM:SSZ",
+ * UTC, nothing after it; asserted) as UNIX seconds. */
+double tu_expires_at(const sbx_error *err);
 /* Asserts that @err (an exec's, a resume's) names the end of the lifetime
  * of sandbox @id: its context expires_at is "YYYY-MM-DDTHH:MM:SSZ" (UTC,
  * nothing after it), from @lifetime seconds after @wall0 (UNIX seconds,
