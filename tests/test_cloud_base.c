@@ -1215,6 +1215,49 @@ Test(rate_limit, policy_from_config)
     }
 }
 
+/* A client option in seconds: absent leaves the default, the bounds are
+ * kept (0 only where allowed), anything else is a configuration error
+ * naming the option, in the words of its range. */
+Test(util, seconds_option_bounds_and_messages)
+{
+    cr_assert_eq(cl_setup(&test_host, "test", NULL), 0);
+    json_object *cfg = json_tokener_parse("{\"a\":0,\"b\":86400,\"c\":0.25,\"d\":86400.5,"
+                                          "\"e\":\"5\",\"f\":-1,\"g\":null}");
+    double v = 7;
+    cr_assert_eq(cl_seconds_option(NULL, "a", 1, 86400, &v, NULL), 0);
+    cr_assert_eq(cl_seconds_option(cfg, "missing", 1, 86400, &v, NULL), 0);
+    cr_assert_eq(v, 7);
+    cr_assert_eq(cl_seconds_option(cfg, "a", 1, 86400, &v, NULL), 1);
+    cr_assert_eq(v, 0);
+    cr_assert_eq(cl_seconds_option(cfg, "b", 0, 86400, &v, NULL), 1);
+    cr_assert_eq(v, 86400);
+    cr_assert_eq(cl_seconds_option(cfg, "c", 0, 86400, &v, NULL), 1);
+    cr_assert_eq(v, 0.25);
+    static const struct {
+        const char *key;
+        int zero_ok;
+        const char *msg;
+    } bad[] = {
+        { "a", 0, "test client option a 0 is not a number of seconds above 0 and at most 86400" },
+        { "d", 1, "test client option d 86400.5 is not a number of seconds from 0 to 86400" },
+        { "e", 1, "test client option e \"5\" is not a number of seconds from 0 to 86400" },
+        { "f", 1, "test client option f -1 is not a number of seconds from 0 to 86400" },
+        { "g", 0, "test client option g null is not a number of seconds above 0 and at most "
+                  "86400" },
+    };
+    for (size_t i = 0; i < sizeof(bad) / sizeof(bad[0]); i++) {
+        sbx_error *err = NULL;
+        v = 7;
+        cr_assert_eq(cl_seconds_option(cfg, bad[i].key, bad[i].zero_ok, 86400, &v, &err), -1);
+        cr_assert_eq(v, 7);
+        cr_assert_eq(err->code, SBX_ERROR_CONFIGURATION);
+        cr_assert_str_eq(err->msg, bad[i].msg);
+        cr_assert_str_eq(ctx_of(err, "option"), bad[i].key);
+        free(err);
+    }
+    json_object_put(cfg);
+}
+
 /* ------------------------------------------------------------------------ */
 /* Encodings, JSON, shell                                                    */
 /* ------------------------------------------------------------------------ */

@@ -3191,45 +3191,57 @@ Test(provider, script_stdin_file_and_prelude)
     cl_buf_clear(&pre);
 }
 
+/* The places acme's options go to (7, NULL and 9 at first) and its table
+ * of them, made by acme_table(): policy_id (a string), custom (a flag),
+ * idle_secs (a count up to 86400), with room for one more entry before the
+ * table's end. */
+typedef struct acme_opts {
+    int flag;
+    char *name;
+    long long count;
+    cl_option table[5];
+} acme_opts;
+
+static void acme_table(acme_opts *o)
+{
+    *o = (acme_opts){ .flag = 7, .count = 9 };
+    o->table[0] = (cl_option){ "policy_id", CL_OPTION_STRING, 0, &o->name };
+    o->table[1] = (cl_option){ "custom", CL_OPTION_BOOL, 0, &o->flag };
+    o->table[2] = (cl_option){ "idle_secs", CL_OPTION_COUNT, 86400, &o->count };
+}
+
 /* The create's backend_options by table: none stores nothing; known keys
  * with values of their type are stored (the strings as copies); a value
  * not JSON, an unknown key or a value of another type is refused naming
  * it, nothing stored. */
 Test(provider, backend_options_by_table)
 {
-    int flag = 7;
-    char *name = NULL;
-    long long count = 9;
-    cl_option table[] = {
-        { "policy_id", CL_OPTION_STRING, 0, &name },
-        { "custom", CL_OPTION_BOOL, 0, &flag },
-        { "idle_secs", CL_OPTION_COUNT, 86400, &count },
-        { NULL, 0, 0, NULL },
-    };
+    acme_opts o;
+    acme_table(&o);
     sbx_plugin_create_request rq = { .struct_size = sizeof(rq) };
-    cr_assert_eq(cl_backend_options(&rq, "acme", table, NULL), 0);
+    cr_assert_eq(cl_backend_options(&rq, "acme", o.table, NULL), 0);
     rq.backend_options = "";
-    cr_assert_eq(cl_backend_options(&rq, "acme", table, NULL), 0);
-    cr_assert_eq(flag, 7);
-    cr_assert_null(name);
-    cr_assert_eq(count, 9);
+    cr_assert_eq(cl_backend_options(&rq, "acme", o.table, NULL), 0);
+    cr_assert_eq(o.flag, 7);
+    cr_assert_null(o.name);
+    cr_assert_eq(o.count, 9);
     rq.backend_options = "{\"custom\":false,\"policy_id\":\"np-1\",\"idle_secs\":86400}";
-    cr_assert_eq(cl_backend_options(&rq, "acme", table, NULL), 0);
-    cr_assert_eq(flag, 0);
-    cr_assert_str_eq(name, "np-1");
-    cr_assert_eq(count, 86400);
-    free(name);
-    name = NULL;
+    cr_assert_eq(cl_backend_options(&rq, "acme", o.table, NULL), 0);
+    cr_assert_eq(o.flag, 0);
+    cr_assert_str_eq(o.name, "np-1");
+    cr_assert_eq(o.count, 86400);
+    free(o.name);
+    o.name = NULL;
     rq.backend_options = "{\"custom\":true}";
-    cr_assert_eq(cl_backend_options(&rq, "acme", table, NULL), 0);
-    cr_assert_eq(flag, 1);
-    cr_assert_null(name);
-    cr_assert_eq(count, 86400);
+    cr_assert_eq(cl_backend_options(&rq, "acme", o.table, NULL), 0);
+    cr_assert_eq(o.flag, 1);
+    cr_assert_null(o.name);
+    cr_assert_eq(o.count, 86400);
 
     sbx_error *err = NULL;
     cl_host = &rec_host;
     rq.backend_options = "{\"custom\":false,\"Frob\":1}";
-    cr_assert_eq(cl_backend_options(&rq, "acme", table, &err), -1);
+    cr_assert_eq(cl_backend_options(&rq, "acme", o.table, &err), -1);
     cl_host = NULL;
     cr_assert_eq(cl_last()->code, SBX_ERROR_CONFIGURATION);
     cr_assert_str_eq(cl_last()->msg, "acme backend_options: unknown key \"Frob\" (known: "
@@ -3237,29 +3249,87 @@ Test(provider, backend_options_by_table)
     cr_assert_str_eq(err->pairs, "name=Frob;known=\"policy_id\", \"custom\", \"idle_secs\";"
                                  "option=backend_options;");
     free(err);
-    cr_assert_eq(flag, 1);
+    cr_assert_eq(o.flag, 1);
     rq.backend_options = "{\"custom\":\"yes\"}";
-    cr_assert_eq(cl_backend_options(&rq, "acme", table, NULL), -1);
+    cr_assert_eq(cl_backend_options(&rq, "acme", o.table, NULL), -1);
     cr_assert_str_eq(cl_last()->msg, "acme backend_options: custom \"yes\" is not true or false");
     rq.backend_options = "{\"policy_id\":\"\"}";
-    cr_assert_eq(cl_backend_options(&rq, "acme", table, NULL), -1);
+    cr_assert_eq(cl_backend_options(&rq, "acme", o.table, NULL), -1);
     cr_assert_str_eq(cl_last()->msg, "acme backend_options: policy_id \"\" is not a non-empty "
                                      "string");
-    cr_assert_null(name);
+    cr_assert_null(o.name);
     rq.backend_options = "{\"policy_id\":\"np-2\",\"idle_secs\":86401}";
-    cr_assert_eq(cl_backend_options(&rq, "acme", table, NULL), -1);
+    cr_assert_eq(cl_backend_options(&rq, "acme", o.table, NULL), -1);
     cr_assert_str_eq(cl_last()->msg, "acme backend_options: idle_secs 86401 is not a whole "
                                      "number from 1 to 86400");
-    cr_assert_null(name);
+    cr_assert_null(o.name);
     rq.backend_options = "{\"idle_secs\":1.5}";
-    cr_assert_eq(cl_backend_options(&rq, "acme", table, NULL), -1);
+    cr_assert_eq(cl_backend_options(&rq, "acme", o.table, NULL), -1);
     cr_assert_str_eq(cl_last()->msg, "acme backend_options: idle_secs 1.5 is not a whole number "
                                      "from 1 to 86400");
-    cr_assert_eq(count, 86400);
+    cr_assert_eq(o.count, 86400);
     rq.backend_options = "[1,2]";
-    cr_assert_eq(cl_backend_options(&rq, "acme", table, NULL), -1);
+    cr_assert_eq(cl_backend_options(&rq, "acme", o.table, NULL), -1);
     cr_assert_eq(cl_last()->code, SBX_ERROR_CONFIGURATION);
     cr_assert_str_eq(cl_last()->msg, "acme backend_options: [1,2] is not a JSON object");
+}
+
+/* Client options by the same table: the keys it names are checked (the
+ * others left alone), in the table's order, and stored when all are of
+ * their type; an entry without a place is checked only. A value of another
+ * type is refused naming the client option, nothing stored. */
+Test(provider, client_options_by_table)
+{
+    acme_opts o;
+    acme_table(&o);
+    o.table[3] = (cl_option){ "team", CL_OPTION_STRING, 0, NULL };
+    const char *backend = cl_backend;
+    cl_backend = "acme";
+    cr_assert_eq(cl_client_options(NULL, o.table, NULL), 0);
+    json_object *cfg = json_tokener_parse("{\"api_url\":1,\"team\":\"t\"}");
+    cr_assert_eq(cl_client_options(cfg, o.table, NULL), 0);
+    json_object_put(cfg);
+    cr_assert_eq(o.flag, 7);
+    cr_assert_null(o.name);
+    cr_assert_eq(o.count, 9);
+    cfg = json_tokener_parse("{\"custom\":false,\"policy_id\":\"np-1\",\"idle_secs\":86400}");
+    cr_assert_eq(cl_client_options(cfg, o.table, NULL), 0);
+    json_object_put(cfg);
+    cr_assert_eq(o.flag, 0);
+    cr_assert_str_eq(o.name, "np-1");
+    cr_assert_eq(o.count, 86400);
+    free(o.name);
+    o.name = NULL;
+
+    static const struct {
+        const char *cfg, *msg, *key;
+    } bad[] = {
+        { "{\"custom\":1}", "acme client option custom 1 is not true or false", "custom" },
+        { "{\"policy_id\":\"\",\"custom\":true}",
+          "acme client option policy_id \"\" is not a non-empty string", "policy_id" },
+        { "{\"custom\":true,\"idle_secs\":0}",
+          "acme client option idle_secs 0 is not a whole number from 1 to 86400", "idle_secs" },
+        { "{\"policy_id\":\"np-2\",\"team\":null}",
+          "acme client option team null is not a non-empty string", "team" },
+    };
+    for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
+        sbx_error *err = NULL;
+        cfg = json_tokener_parse(bad[i].cfg);
+        cl_host = &rec_host;
+        cr_assert_eq(cl_client_options(cfg, o.table, &err), -1, "%s", bad[i].cfg);
+        cl_host = NULL;
+        json_object_put(cfg);
+        cr_assert_eq(cl_last()->code, SBX_ERROR_CONFIGURATION);
+        cr_assert_str_eq(cl_last()->msg, bad[i].msg);
+        char pairs[64];
+        snprintf(pairs, sizeof pairs, "option=%s;", bad[i].key);
+        cr_assert_str_eq(err->pairs, pairs);
+        free(err);
+        cr_assert_eq(o.flag, 0);
+        cr_assert_null(o.name);
+        cr_assert_eq(o.count, 86400);
+    }
+    cl_backend = backend;
 }
 
 /* The start of a resume that gets nothing: the state's id, client and a

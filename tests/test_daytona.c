@@ -1017,14 +1017,7 @@ Test(daytona_faults, case36_the_credential_is_never_shown)
 /* How many sandboxes the fake holds. */
 static size_t fake_sandbox_count(void)
 {
-    char *body = NULL;
-    cr_assert_eq(tu_fake_http("GET", "/_fake/sandboxes", NULL, NULL, &body), 200);
-    json_object *j = json_tokener_parse(body);
-    cr_assert(j && json_object_is_type(j, json_type_array), "%s", body);
-    size_t n = json_object_array_length(j);
-    json_object_put(j);
-    free(body);
-    return n;
+    return tu_fake_array_length("/_fake/sandboxes", NULL, NULL);
 }
 
 /* The create's answer comes 5 s after the client's create_timeout (1 s):
@@ -1599,6 +1592,46 @@ static int command_starts(void)
     return n;
 }
 
+/* CASE-52's command as a request: `sleep 12; echo done`, timeout 60, run
+ * at once (@c NULL) or streamed into @c (count_chunks). */
+static sbx_exec_request quiet_request(chunks *c)
+{
+    sbx_exec_request req = SBX_EXEC_REQUEST_INIT;
+    req.shell = "sleep 12; echo done";
+    req.timeout_secs = 60;
+    if (c) {
+        req.on_output = count_chunks;
+        req.user_data = c;
+    }
+    return req;
+}
+
+/* Runs CASE-52's command (quiet_request) on g_sb, at once or, with
+ * @stream, streamed, and asserts how it ended: "done\n" on stdout, nothing
+ * on stderr, exit 0, not timed out, after 12 s and less than @max_s; the
+ * streamed output reached the callback as "done\n", in no empty chunk and
+ * none on stderr. */
+static void assert_quiet_command_done(int stream, double max_s)
+{
+    const char *how = stream ? "streamed" : "at once";
+    chunks c = { .len = 0 };
+    sbx_exec_request req = quiet_request(stream ? &c : NULL);
+    double t0 = tu_now();
+    sbx_result *r = tu_exec(g_sb, &req);
+    double dt = tu_now() - t0;
+    tu_assert_stdout(r, "done\n");
+    tu_assert_stderr(r, "");
+    tu_assert_exit(r, 0);
+    cr_assert_eq(sbx_result_is_timed_out(r), 0);
+    sbx_result_free(r);
+    cr_assert(dt >= 12.0 && dt < max_s, "%s: the command took %.2f s", how, dt);
+    if (stream) {
+        tu_assert_bytes("the streamed output", c.out, c.len, "done\n", 5);
+        cr_assert_eq(c.empty, 0, "%d empty chunks", c.empty);
+        cr_assert_eq(c.err, 0, "%d chunks on stderr", c.err);
+    }
+}
+
 /* C: a command that prints nothing for 12 s (longer than the transport's
  * one fixed limit, the 10 s to connect) is not cut, run at once (its one
  * request quiet for 12 s) or streamed (its followed logs quiet as long):
@@ -1608,29 +1641,8 @@ Test(daytona_faults, case52_a_quiet_command_is_not_cut)
 {
     for (int stream = 0; stream < 2; stream++) {
         tu_fake_reset();
-        chunks c = { .len = 0 };
-        sbx_exec_request req = SBX_EXEC_REQUEST_INIT;
-        req.shell = "sleep 12; echo done";
-        req.timeout_secs = 60;
-        if (stream) {
-            req.on_output = count_chunks;
-            req.user_data = &c;
-        }
-        double t0 = tu_now();
-        sbx_result *r = tu_exec(g_sb, &req);
-        double dt = tu_now() - t0;
-        tu_assert_exit(r, 0);
-        tu_assert_stdout(r, "done\n");
-        tu_assert_stderr(r, "");
-        cr_assert_eq(sbx_result_is_timed_out(r), 0);
-        sbx_result_free(r);
-        cr_assert(dt >= 12.0 && dt < 20.0, "the command took %.2f s", dt);
+        assert_quiet_command_done(stream, 20.0);
         cr_assert_eq(command_starts(), 1);
-        if (stream) {
-            tu_assert_bytes("the streamed output", c.out, c.len, "done\n", 5);
-            cr_assert_eq(c.empty, 0, "%d empty chunks", c.empty);
-            cr_assert_eq(c.err, 0, "%d chunks on stderr", c.err);
-        }
     }
 }
 
@@ -1747,20 +1759,6 @@ static void fresh_sandbox(const char *cfg)
     tu_fake_reset();
 }
 
-/* CASE-52's command as a request: `sleep 12; echo done`, timeout 60, run
- * at once (@c NULL) or streamed into @c (count_chunks). */
-static sbx_exec_request quiet_request(chunks *c)
-{
-    sbx_exec_request req = SBX_EXEC_REQUEST_INIT;
-    req.shell = "sleep 12; echo done";
-    req.timeout_secs = 60;
-    if (c) {
-        req.on_output = count_chunks;
-        req.user_data = c;
-    }
-    return req;
-}
-
 /* The fake stops g_sb @seconds after the start of the last request about
  * it (0: its autoStopInterval again). */
 static void set_idle_stop(int seconds)
@@ -1801,27 +1799,11 @@ Test(daytona_faults, case52_a_a_cut_command_is_followed_again_never_run_again)
     fresh_sandbox(NULL);
     for (int stream = 0; stream < 2; stream++) {
         tu_fake_reset();
-        chunks c = { .len = 0 };
-        sbx_exec_request req = quiet_request(stream ? &c : NULL);
-        double t0 = tu_now();
-        sbx_result *r = tu_exec(g_sb, &req);
-        double dt = tu_now() - t0;
-        tu_assert_stdout(r, "done\n");
-        tu_assert_stderr(r, "");
-        tu_assert_exit(r, 0);
-        cr_assert_eq(sbx_result_is_timed_out(r), 0);
-        sbx_result_free(r);
-        cr_assert(dt >= 12.0 && dt < 16.0, "%s: the command took %.2f s",
-                  stream ? "streamed" : "at once", dt);
+        assert_quiet_command_done(stream, 16.0);
         cr_assert_eq(command_starts(), 1, "%s", stream ? "streamed" : "at once");
         int follows = log_follows();
         cr_assert(follows >= 2, "%s: the logs were followed %d times",
                   stream ? "streamed" : "at once", follows);
-        if (stream) {
-            tu_assert_bytes("the streamed output", c.out, c.len, "done\n", 5);
-            cr_assert_eq(c.empty, 0, "%d empty chunks", c.empty);
-            cr_assert_eq(c.err, 0, "%d chunks on stderr", c.err);
-        }
     }
     int reaped = tu_reaper_stop();
     cr_assert(reaped >= 3, "the reaper closed %d connections", reaped);
@@ -1864,18 +1846,7 @@ Test(daytona_faults, case52_d_activity_is_renewed_while_a_command_runs)
     fresh_sandbox("{\"refresh_activity_s\":2}");
     set_idle_stop(5);
     for (int stream = 0; stream < 2; stream++) {
-        chunks c = { .len = 0 };
-        sbx_exec_request req = quiet_request(stream ? &c : NULL);
-        double t0 = tu_now();
-        sbx_result *r = tu_exec(g_sb, &req);
-        double dt = tu_now() - t0;
-        tu_assert_stdout(r, "done\n");
-        tu_assert_stderr(r, "");
-        tu_assert_exit(r, 0);
-        sbx_result_free(r);
-        cr_assert(dt >= 12.0 && dt < 16.0, "the command took %.2f s", dt);
-        if (stream)
-            tu_assert_bytes("the streamed output", c.out, c.len, "done\n", 5);
+        assert_quiet_command_done(stream, 16.0);
         json_object *fs = fake_sandbox();
         cr_assert_str_eq(tu_json_str(fs, "state"), "started");
         cr_assert_eq(jint(fs, "idle_stops"), 0);
@@ -1928,21 +1899,7 @@ Test(daytona_faults, case52_d_a_command_whose_sandbox_is_stopped_says_stopped)
 Test(daytona_faults, bad_refresh_activity_s_is_a_configuration_error)
 {
     static const char *const bad[] = { "-1", "\"2\"", "true", "86401", NULL };
-    for (size_t i = 0; bad[i]; i++) {
-        char *cfg = tu_strdup_printf("{\"refresh_activity_s\":%s}", bad[i]);
-        sbx_error *err = NULL;
-        sbx_client *c = sbx_client_new_with_config("daytona", SBX_PLUGIN_MODE_DEFAULT, cfg, &err);
-        cr_assert_null(c, "%s was taken", cfg);
-        cr_assert_eq(sbx_error_get_code(err), SBX_ERROR_CONFIGURATION, "%s: %s", cfg,
-                     sbx_error_get0_message(err));
-        char *want = tu_strdup_printf("daytona client option refresh_activity_s %s is not a "
-                                      "number of seconds from 0 to 86400", bad[i]);
-        cr_assert_str_eq(sbx_error_get0_message(err), want);
-        cr_assert_str_eq(sbx_error_get0_context(err, "option"), "refresh_activity_s");
-        free(want);
-        sbx_error_free(err);
-        free(cfg);
-    }
+    tu_assert_bad_seconds_option("daytona", "refresh_activity_s", bad, "from 0 to 86400");
 }
 
 /* ------------------------------------------------------------ connections */

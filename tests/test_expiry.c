@@ -109,19 +109,6 @@ static double wait_nothing_left(const char *id, pid_t bg, double t0, double secs
     }
 }
 
-/* The expiry time an error names (context "expires_at", RFC 3339 UTC) as
- * UNIX seconds; asserts its form. */
-static double expiry_of(const sbx_error *err)
-{
-    const char *when = sbx_error_get0_context(err, "expires_at");
-    cr_assert_not_null(when, "no expires_at in: %s", sbx_error_get0_message(err));
-    struct tm tm;
-    memset(&tm, 0, sizeof tm);
-    const char *end = strptime(when, "%Y-%m-%dT%H:%M:%SZ", &tm);
-    cr_assert(end && *end == '\0', "expires_at \"%s\" is not YYYY-MM-DDTHH:MM:SSZ", when);
-    return (double)timegm(&tm);
-}
-
 static sbx_sandbox *create_with_lifetime(sbx_client **client, double secs, double *wall0,
                                          double *t_created)
 {
@@ -168,7 +155,7 @@ static void two_second_lifetime(void)
     req.shell = "true";
     req.timeout_secs = 30;
     sbx_error *err = tu_exec_fail(sb, &req, SBX_ERROR_NOT_FOUND);
-    double when = expiry_of(err);
+    double when = tu_expires_at(err);
     cr_assert(when >= (double)(long long)wall0 + 2.0 && when <= wall0 + took + 2.0,
               "expiry %.0f is not 2 s after readiness (create began at %.3f)", when, wall0);
     char *want = tu_strdup_printf("sandbox %s expired at %s (lifetime 2 s)", id,
@@ -216,7 +203,7 @@ static void command_at_expiry(void)
                                   "ran", id, sbx_error_get0_context(err, "expires_at"));
     cr_assert_str_eq(sbx_error_get0_message(err), want);
     free(want);
-    double when = expiry_of(err);
+    double when = tu_expires_at(err);
     cr_assert(when >= (double)(long long)wall0 + 2.0 && when <= wall0 + took + 2.0,
               "expiry %.0f is not 2 s after readiness (create began at %.3f)", when, wall0);
     sbx_error_free(err);

@@ -303,51 +303,15 @@ Test(runloop, a_failed_devbox_is_gone_with_its_failure_reason)
     free(state);
 }
 
-/* Counts the devboxes found whose id is among @ud's three ids. */
-typedef struct owned_seen {
-    const char *ids[3];
-    int found[3];
-    int others;
-} owned_seen;
-
-static int note_owned(const sbx_owned_sandbox *o, void *ud)
-{
-    owned_seen *s = ud;
-    for (int i = 0; i < 3; i++)
-        if (strcmp(o->id, s->ids[i]) == 0) {
-            s->found[i]++;
-            return 0;
-        }
-    s->others++;
-    return 0;
-}
-
 Test(runloop, list_owned_follows_every_page)
 {
     sbx_sandbox *sbs[3];
     for (int i = 0; i < 3; i++)
         sbs[i] = create_sized(0, 0, 0);
-    tu_fake_reset();
-    tu_fake_post("/_fake/config", "{\"page_cap\": 1}");
-    owned_seen seen = { { sbx_sandbox_get0_id(sbs[0]), sbx_sandbox_get0_id(sbs[1]),
-                          sbx_sandbox_get0_id(sbs[2]) }, { 0, 0, 0 }, 0 };
-    sbx_error *err = NULL;
-    /* It returns how many it found. */
-    cr_assert_eq(sbx_client_list_owned(g_client, note_owned, &seen, &err), 3);
-    json_object *log = tu_fake_log();
-    int pages = tu_fake_count(log, "GET", "/v1/devboxes", NULL, 0);
-    json_object_put(log);
-    for (int i = 0; i < 3; i++) {
-        sbx_sandbox_destroy(sbs[i], NULL);
-        sbx_sandbox_free(sbs[i]);
-    }
     /* One devbox a page: each of the three found once, on pages of their
      * own (the devboxes of earlier tests are shut down, listed but not
      * live). */
-    for (int i = 0; i < 3; i++)
-        cr_assert_eq(seen.found[i], 1, "devbox %d found %d times", i, seen.found[i]);
-    cr_assert_eq(seen.others, 0);
-    cr_assert(pages >= 3, "%d pages", pages);
+    tu_fake_assert_list_owned_pages(g_client, sbs, "/v1/devboxes");
 }
 
 /* Output past what the wrapper's report carries is downloaded from its
@@ -445,14 +409,7 @@ static size_t fake_running(void)
 {
     const char *key = getenv("RUNLOOP_API_KEY");
     char *h = tu_strdup_printf("Authorization: Bearer %s", key ? key : "");
-    char *body = NULL;
-    cr_assert_eq(tu_fake_http("GET", "/v1/devboxes?limit=5000&status=running", h, NULL, &body),
-                 200, "%s", body ? body : "");
-    json_object *j = json_tokener_parse(body), *a = NULL;
-    cr_assert(j && json_object_object_get_ex(j, "devboxes", &a), "%s", body);
-    size_t n = json_object_array_length(a);
-    json_object_put(j);
-    free(body);
+    size_t n = tu_fake_array_length("/v1/devboxes?limit=5000&status=running", h, "devboxes");
     free(h);
     return n;
 }

@@ -251,6 +251,29 @@ sbx_error *tu_exec_fail(sbx_sandbox *sb, const sbx_exec_request *req,
     return err;
 }
 
+double tu_expires_at(const sbx_error *err)
+{
+    const char *when = sbx_error_get0_context(err, "expires_at");
+    cr_assert_not_null(when, "no expires_at in: %s", sbx_error_get0_message(err));
+    struct tm tm;
+    memset(&tm, 0, sizeof tm);
+    const char *end = strptime(when, "%Y-%m-%dT%H:%M:%SZ", &tm);
+    cr_assert(end && *end == '\0', "expires_at \"%s\" is not YYYY-MM-DDTHH:MM:SSZ", when);
+    return (double)timegm(&tm);
+}
+
+char *tu_assert_expired(const sbx_error *err, const char *id, double wall0, double took,
+                        double lifetime)
+{
+    double t_exp = tu_expires_at(err);
+    const char *when = sbx_error_get0_context(err, "expires_at");
+    cr_assert(t_exp >= wall0 + lifetime - 1.0 && t_exp <= wall0 + took + lifetime,
+              "expiry %s is not %g s after readiness", when, lifetime);
+    char *want = tu_strdup_printf("sandbox %s expired at %s (lifetime %g s)", id, when, lifetime);
+    cr_assert_str_eq(sbx_error_get0_message(err), want);
+    return want;
+}
+
 static void printable(char *dst, size_t dstlen, const unsigned char *p, size_t n)
 {
     size_t o = 0;
@@ -952,6 +975,86 @@ void tu_fake_assert_create_answered(sbx_client *client, const char *path_re, int
     struct json_object *log = tu_fake_log();
     cr_assert_eq(tu_fake_count(log, "POST", path_re, NULL, 0), 1);
     json_object_put(log);
+}
+
+void tu_assert_bad_seconds_option(const char *backend, const char *key, const char *const *bad,
+                                  const char *range)
+{
+    for (size_t i = 0; bad[i]; i++) {
+        char *cfg = tu_strdup_printf("{\"%s\":%s}", key, bad[i]);
+        sbx_error *err = NULL;
+        sbx_client *c = sbx_client_new_with_config(backend, SBX_PLUGIN_MODE_DEFAULT, cfg, &err);
+        cr_assert_null(c, "%s was taken", cfg);
+        cr_assert_eq(sbx_error_get_code(err), SBX_ERROR_CONFIGURATION, "%s: %s", cfg,
+                     sbx_error_get0_message(err));
+        char *want = tu_strdup_printf("%s client option %s %s is not a number of seconds %s",
+                                      backend, key, bad[i], range);
+        cr_assert_str_eq(sbx_error_get0_message(err), want);
+        cr_assert_str_eq(sbx_error_get0_context(err, "option"), key);
+        free(want);
+        sbx_error_free(err);
+        free(cfg);
+    }
+}
+
+size_t tu_fake_array_length(const char *path, const char *header, const char *member)
+{
+    char *body = NULL;
+    int status = tu_fake_http("GET", path, header, NULL, &body);
+    cr_assert_eq(status, 200, "GET %s: %d %s", path, status, body ? body : "");
+    struct json_object *j = json_tokener_parse(body ? body : ""), *a = j;
+    if (member && !json_object_object_get_ex(j, member, &a))
+        a = NULL;
+    cr_assert(a && json_object_is_type(a, json_type_array), "GET %s: %s", path,
+              body ? body : "");
+    size_t n = json_object_array_length(a);
+    json_object_put(j);
+    free(body);
+    return n;
+}
+
+/* The three ids tu_fake_assert_list_owned_pages looks for, and how often
+ * each, and any other, was listed. */
+typedef struct owned_seen {
+    const char *ids[3];
+    int found[3];
+    int others;
+} owned_seen;
+
+static int note_owned(const sbx_owned_sandbox *o, void *ud)
+{
+    owned_seen *s = ud;
+    for (int i = 0; i < 3; i++)
+        if (strcmp(o->id, s->ids[i]) == 0) {
+            s->found[i]++;
+            return 0;
+        }
+    s->others++;
+    return 0;
+}
+
+void tu_fake_assert_list_owned_pages(sbx_client *client, sbx_sandbox *sbs[3], const char *list_re)
+{
+    tu_fake_reset();
+    tu_fake_post("/_fake/config", "{\"page_cap\": 1}");
+    owned_seen seen = { { sbx_sandbox_get0_id(sbs[0]), sbx_sandbox_get0_id(sbs[1]),
+                          sbx_sandbox_get0_id(sbs[2]) }, { 0, 0, 0 }, 0 };
+    sbx_error *err = NULL;
+    /* It returns how many it found. */
+    int listed = sbx_client_list_owned(client, note_owned, &seen, &err);
+    cr_assert_eq(listed, 3, "%d listed: %s", listed, err ? sbx_error_get0_message(err) : "");
+    struct json_object *log = tu_fake_log();
+    int pages = tu_fake_count(log, "GET", list_re, NULL, 0);
+    json_object_put(log);
+    for (int i = 0; i < 3; i++) {
+        sbx_sandbox_destroy(sbs[i], NULL);
+        sbx_sandbox_free(sbs[i]);
+        sbs[i] = NULL;
+    }
+    for (int i = 0; i < 3; i++)
+        cr_assert_eq(seen.found[i], 1, "sandbox %d found %d times", i, seen.found[i]);
+    cr_assert_eq(seen.others, 0);
+    cr_assert(pages >= 3, "%d pages", pages);
 }
 
 void tu_fake_assert_env_canaries(const char *backend, const char *own)

@@ -70,6 +70,20 @@ sbx_result *tu_sh(sbx_sandbox *sb, const char *script, double timeout_secs);
 sbx_error *tu_exec_fail(sbx_sandbox *sb, const sbx_exec_request *req,
                         sbx_error_code code);
 
+/* The expiry @err names (its context expires_at, "YYYY-MM-DDTHH:MM:SSZ",
+ * UTC, nothing after it; asserted) as UNIX seconds. */
+double tu_expires_at(const sbx_error *err);
+/* Asserts that @err (an exec's, a resume's) names the end of the lifetime
+ * of sandbox @id: its context expires_at is "YYYY-MM-DDTHH:MM:SSZ" (UTC,
+ * nothing after it), from @lifetime seconds after @wall0 (UNIX seconds,
+ * taken just before the create; 1 s allowed for the whole second) to
+ * @lifetime seconds after @wall0 + @took (seconds from the create to the
+ * sandbox's end), and its message is exactly "sandbox ID expired at WHEN
+ * (lifetime N s)" (N as %g). Returns that message: a new string (free()),
+ * for the calls that must say the same. */
+char *tu_assert_expired(const sbx_error *err, const char *id, double wall0, double took,
+                        double lifetime);
+
 /* Asserts that (@got, @got_len) equals (@want, @want_len) byte for byte,
  * reporting the first difference. @what names the buffer. */
 void tu_assert_bytes(const char *what, const void *got, size_t got_len,
@@ -203,6 +217,28 @@ void tu_fake_assert_warm_execs_share_a_connection(sbx_sandbox *sb, int n, int pe
  * create is not retried). The rule stays until the fixture's reset. */
 void tu_fake_assert_create_answered(sbx_client *client, const char *path_re, int status,
                                     sbx_error_code code);
+
+/* For each JSON text in @bad (NULL-terminated): a client of @backend made
+ * with the config {"@key":VALUE} is refused with a configuration error
+ * whose message is exactly "@backend client option @key VALUE is not a
+ * number of seconds @range" (@range "from 0 to 86400", say) and whose
+ * context option is @key. */
+void tu_assert_bad_seconds_option(const char *backend, const char *key, const char *const *bad,
+                                  const char *range);
+
+/* The length of the JSON array the fake answers 200 to GET @path (extra
+ * header line @header, NULL: none): the answer itself, or its member
+ * @member (NULL: the answer); asserts the status and the array. */
+size_t tu_fake_array_length(const char *path, const char *header, const char *member);
+/* list_owned through the provider's pages: @sbs, three live sandboxes of
+ * @client, are listed by sbx_client_list_owned() after the fake's rules
+ * and log are emptied and its list pages cut to one item each (POST
+ * /_fake/config {"page_cap": 1}); asserts that it returns 3, that each of
+ * the three was listed once and no other sandbox, and that the fake logged
+ * 3 GETs or more whose path matches the extended regex @list_re (whole
+ * path). The three are destroyed and freed (their slots set NULL) before
+ * the counts are asserted. */
+void tu_fake_assert_list_owned_pages(sbx_client *client, sbx_sandbox *sbs[3], const char *list_re);
 
 /* CASE-48 on the hosted backend @backend through its fake: canaries are
  * put in this process's environment (E2B_API_KEY, ANTHROPIC_API_KEY,

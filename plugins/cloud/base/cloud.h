@@ -8,7 +8,7 @@
  *             clocks, bounds from the call context, base64, JSON helpers,
  *             shell quoting and the command script (cwd for every part of a
  *             command list, CASE-46), credentials from the provider's
- *             variables and files, base URLs
+ *             variables and files, base URLs, client options in seconds
  *   http.c    one libcurl pool per client (idle easy handles kept with
  *             their connections, keep-alive; a share handle for DNS and TLS
  *             sessions; HTTP/2 where the server offers it), requests bounded by the call's deadline, the retry
@@ -235,7 +235,7 @@ int cl_unencode(cl_unencoder *u, int fd, cl_buf *b);
 int cl_unencode_end(const cl_unencoder *u, int fd, const char *op, sbx_error **error);
 
 /* ------------------------------------------------------------------------ */
-/* Configuration: credentials and base URLs (util.c)                         */
+/* Configuration: credentials, base URLs, options (util.c)                  */
 /* ------------------------------------------------------------------------ */
 
 /**
@@ -254,6 +254,21 @@ char *cl_credential(const char *const *envs, const char *file_under_home, const 
  */
 char *cl_base_url(struct json_object *config, const char *key, const char *env,
                   const char *dflt, sbx_error **error);
+
+/**
+ * Client option @key of the client's config JSON @config (NULL: none) as a
+ * number of seconds: a JSON integer or float, finite, from 0 to @max_s
+ * when @zero_ok is non-zero, else above 0 and at most @max_s. Returns 1
+ * with *@out set (seconds, as given: no rounding) when present and in
+ * range, 0 when absent (*@out untouched: the caller's default stays), or
+ * -1 with a configuration error (op "client_new", context option=@key)
+ * whose message is "BACKEND client option KEY VALUE is not a number of
+ * seconds from 0 to MAX" (with @zero_ok) or "... above 0 and at most MAX"
+ * (without), BACKEND being cl_backend and VALUE the option as JSON
+ * ("\"20\"", true, -1).
+ */
+int cl_seconds_option(struct json_object *config, const char *key, int zero_ok, int max_s,
+                      double *out, sbx_error **error);
 
 /* ------------------------------------------------------------------------ */
 /* HTTP (http.c)                                                             */

@@ -2120,6 +2120,45 @@ static int option_ok(const cl_option *o, json_object *v)
     }
 }
 
+/* What a value of @o's type is, for the refusal of one that is not:
+ * "true or false", "a non-empty string", "a whole number from 1 to MAX". */
+static void option_wanted(const cl_option *o, char *out, size_t cap)
+{
+    if (o->type == CL_OPTION_BOOL)
+        snprintf(out, cap, "true or false");
+    else if (o->type == CL_OPTION_STRING)
+        snprintf(out, cap, "a non-empty string");
+    else
+        snprintf(out, cap, "a whole number from 1 to %lld", o->max);
+}
+
+/* Stores in each entry's @to (when not NULL) the value of its key in the
+ * object @bo, every value already checked (option_ok): the strings first, so
+ * that a copy that cannot be made stores nothing. 0, or -1 on no memory. */
+static int store_options(json_object *bo, const cl_option *table)
+{
+    int rc = 0;
+    for (int pass = 0; pass < 3; pass++) {
+        for (const cl_option *o = table; o->key; o++) {
+            json_object *v;
+            if (!o->to || !json_object_object_get_ex(bo, o->key, &v))
+                continue;
+            if (o->type == CL_OPTION_STRING && pass == 0) {
+                if (!(*(char **)o->to = strdup(json_object_get_string(v))))
+                    rc = -1;
+            } else if (o->type == CL_OPTION_STRING && pass == 1 && rc < 0) {
+                free(*(char **)o->to);
+                *(char **)o->to = NULL;
+            } else if (o->type == CL_OPTION_BOOL && pass == 2 && rc == 0) {
+                *(int *)o->to = json_object_get_boolean(v);
+            } else if (o->type == CL_OPTION_COUNT && pass == 2 && rc == 0) {
+                *(long long *)o->to = (long long)json_object_get_int64(v);
+            }
+        }
+    }
+    return rc;
+}
+
 int cl_backend_options(const sbx_plugin_create_request *rq, const char *provider,
                        const cl_option *table, sbx_error **error)
 {
@@ -2152,14 +2191,10 @@ int cl_backend_options(const sbx_plugin_create_request *rq, const char *provider
                 break;
             }
             if (!option_ok(o, v)) {
-                char max[32] = "";
-                if (o->type == CL_OPTION_COUNT)
-                    snprintf(max, sizeof max, "%lld", o->max);
+                char what[64];
+                option_wanted(o, what, sizeof what);
                 err = cl_fail(error, SBX_ERROR_CONFIGURATION, op, "%s backend_options: %s %s is "
-                              "not %s%s", provider, k, json_object_to_json_string(v),
-                              o->type == CL_OPTION_BOOL ? "true or false"
-                              : o->type == CL_OPTION_STRING ? "a non-empty string"
-                              : "a whole number from 1 to ", max);
+                              "not %s", provider, k, json_object_to_json_string(v), what);
                 cl_context(err, "name", k);
                 bad = 1;
                 break;
@@ -2172,31 +2207,34 @@ int cl_backend_options(const sbx_plugin_create_request *rq, const char *provider
         json_object_put(bo);
         return -1;
     }
-    /* Every key is known and every value of its type: stored, the strings
-     * first (a copy that cannot be made stores nothing). */
-    int rc = 0;
-    for (int pass = 0; pass < 3; pass++) {
-        for (const cl_option *o = table; o->key; o++) {
-            json_object *v;
-            if (!json_object_object_get_ex(bo, o->key, &v))
-                continue;
-            if (o->type == CL_OPTION_STRING && pass == 0) {
-                if (!(*(char **)o->to = strdup(json_object_get_string(v))))
-                    rc = -1;
-            } else if (o->type == CL_OPTION_STRING && pass == 1 && rc < 0) {
-                free(*(char **)o->to);
-                *(char **)o->to = NULL;
-            } else if (o->type == CL_OPTION_BOOL && pass == 2 && rc == 0) {
-                *(int *)o->to = json_object_get_boolean(v);
-            } else if (o->type == CL_OPTION_COUNT && pass == 2 && rc == 0) {
-                *(long long *)o->to = (long long)json_object_get_int64(v);
-            }
-        }
-    }
+    /* Every key is known and every value of its type: stored. */
+    int rc = store_options(bo, table);
     if (rc < 0)
         cl_fail(error, SBX_ERROR_RESOURCE_EXHAUSTED, op, "out of memory");
     json_object_put(bo);
     return rc;
+}
+
+int cl_client_options(json_object *config, const cl_option *table, sbx_error **error)
+{
+    if (!config)
+        return 0;
+    for (const cl_option *o = table; o->key; o++) {
+        json_object *v;
+        if (!json_object_object_get_ex(config, o->key, &v) || option_ok(o, v))
+            continue;
+        char what[64];
+        option_wanted(o, what, sizeof what);
+        cl_context(cl_fail(error, SBX_ERROR_CONFIGURATION, "client_new", "%s client option %s %s "
+                           "is not %s", cl_backend, o->key, json_object_to_json_string(v), what),
+                   "option", o->key);
+        return -1;
+    }
+    if (store_options(config, table) < 0) {
+        cl_fail(error, SBX_ERROR_RESOURCE_EXHAUSTED, "client_new", "out of memory");
+        return -1;
+    }
+    return 0;
 }
 
 json_object *cl_meta_labels(const sbx_call_ctx *ctx, const char *backend, double expires_at)

@@ -1285,8 +1285,8 @@ long long cl_lifetime_s(const sbx_plugin_create_request *rq, const char *provide
 int cl_no_backend_options(const sbx_plugin_create_request *rq, const char *provider,
                           sbx_error **error);
 
-/** One backend option a provider takes: an entry of the table
- *  cl_backend_options() reads. */
+/** One backend option (or client option) a provider takes: an entry of
+ *  the table cl_backend_options() (or cl_client_options()) reads. */
 typedef struct cl_option {
     const char *key;        /* its name ("suspendable"); NULL ends the table */
     unsigned type;          /* CL_OPTION_* */
@@ -1295,7 +1295,8 @@ typedef struct cl_option {
                              * alone when not): an int * (CL_OPTION_BOOL: 1
                              * or 0), a char ** (CL_OPTION_STRING: a new
                              * string, the caller's to free; NULL before) or
-                             * a long long * (CL_OPTION_COUNT) */
+                             * a long long * (CL_OPTION_COUNT); NULL:
+                             * checked, not stored (cl_client_options) */
 } cl_option;
 #define CL_OPTION_BOOL 1u       /* true or false */
 #define CL_OPTION_STRING 2u     /* a non-empty string */
@@ -1318,6 +1319,20 @@ typedef struct cl_option {
  */
 int cl_backend_options(const sbx_plugin_create_request *rq, const char *provider,
                        const cl_option *table, sbx_error **error);
+
+/**
+ * The client options of @table in the client's config JSON @config (NULL:
+ * none; the keys @table does not name are left to the caller): 0 when each
+ * one given is of its type, every value given then stored in its entry's
+ * @to (NULL: none stored; a string is a new string, the caller's to free,
+ * and the caller's value stays where the option is not given). Else -1,
+ * nothing stored: configuration (op client_new, context option=KEY) for
+ * the first entry of @table, in its order, whose value is not of its type,
+ * "BACKEND client option KEY VALUE is not true or false" (or "a non-empty
+ * string", or "a whole number from 1 to MAX"), BACKEND cl_backend and VALUE
+ * as JSON; resource_exhausted on no memory. Thread-safe.
+ */
+int cl_client_options(struct json_object *config, const cl_option *table, sbx_error **error);
 
 /** One item of a listing (a JSON object, borrowed for the call): 0 to go
  *  on, non-zero to stop the listing. */

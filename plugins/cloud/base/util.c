@@ -7,6 +7,7 @@
 
 #include <ctype.h>
 #include <errno.h>
+#include <math.h>
 #include <poll.h>
 #include <stdarg.h>
 #include <stdio.h>
@@ -548,6 +549,27 @@ char *cl_base_url(json_object *config, const char *key, const char *env, const c
     while (n > 8 && out[n - 1] == '/')
         out[--n] = '\0';
     return out;
+}
+
+int cl_seconds_option(json_object *config, const char *key, int zero_ok, int max_s, double *out,
+                      sbx_error **error)
+{
+    json_object *v;
+    if (!config || !json_object_object_get_ex(config, key, &v))
+        return 0;
+    double d = -1;
+    if ((!json_object_is_type(v, json_type_int) && !json_object_is_type(v, json_type_double))
+        || !isfinite(d = json_object_get_double(v)) || (zero_ok ? d < 0 : !(d > 0))
+        || d > max_s) {
+        cl_context(cl_fail(error, SBX_ERROR_CONFIGURATION, "client_new",
+                           "%s client option %s %s is not a number of seconds %s %d", cl_backend,
+                           key, json_object_to_json_string(v),
+                           zero_ok ? "from 0 to" : "above 0 and at most", max_s),
+                   "option", key);
+        return -1;
+    }
+    *out = d;
+    return 1;
 }
 
 void cl_strv_free(char **v)

@@ -242,28 +242,14 @@ static void bl_client_clear(sbx_plugin_client *c)
     free(c->region);
 }
 
-/* Client option @key (a non-empty string), else environment variable @env,
- * else NULL: a new string in *@out. -1 with a configuration error when the
- * option is there but not a non-empty string. */
-static int bl_opt(json_object *cfg, const char *key, const char *env, char **out,
-                  sbx_error **error)
+/* *@out when no client option set it: environment variable @env as a new
+ * string (unset or empty: NULL). 0, or -1 on no memory. */
+static int bl_env(char **out, const char *env, sbx_error **error)
 {
-    json_object *v;
-    *out = NULL;
-    if (cfg && json_object_object_get_ex(cfg, key, &v)) {
-        if (!json_object_is_type(v, json_type_string) || !*json_object_get_string(v)) {
-            cl_context(cl_fail(error, SBX_ERROR_CONFIGURATION, "client_new",
-                               "blaxel client option %s %s is not a non-empty string", key,
-                               json_object_to_json_string(v)), "option", key);
-            return -1;
-        }
-        *out = strdup(json_object_get_string(v));
-    } else if (getenv(env) && *getenv(env)) {
-        *out = strdup(getenv(env));
-    } else {
+    const char *v = getenv(env);
+    if (*out || !v || !*v)
         return 0;
-    }
-    if (!*out) {
+    if (!(*out = strdup(v))) {
         cl_fail(error, SBX_ERROR_RESOURCE_EXHAUSTED, "client_new", "out of memory");
         return -1;
     }
@@ -313,9 +299,14 @@ static int bl_client_new(const char *config_json, sbx_plugin_client **client, sb
     struct sbx_plugin_client *c = cl_client_new(&bl_client_spec, config_json, &cfg, error);
     if (!c)
         return -1;
+    /* The options, else BL_WORKSPACE and BL_REGION. */
+    const cl_option opts[] = { { "workspace", CL_OPTION_STRING, 0, &c->workspace },
+                               { "region", CL_OPTION_STRING, 0, &c->region },
+                               { NULL, 0, 0, NULL } };
     if (!(c->run = cl_base_url(cfg, "run_url", "BL_RUN_URL", BL_DEFAULT_RUN, error))
-        || bl_opt(cfg, "workspace", "BL_WORKSPACE", &c->workspace, error) < 0
-        || bl_opt(cfg, "region", "BL_REGION", &c->region, error) < 0)
+        || cl_client_options(cfg, opts, error) < 0
+        || bl_env(&c->workspace, "BL_WORKSPACE", error) < 0
+        || bl_env(&c->region, "BL_REGION", error) < 0)
         goto fail;
     if (!c->workspace) {
         cl_context(cl_fail(error, SBX_ERROR_CONFIGURATION, op,

@@ -470,28 +470,6 @@ static void dt_client_clear(sbx_plugin_client *c)
     free(c->target);
 }
 
-/* The client option "refresh_activity_s": seconds from 0 to a day (0: the
- * activity is never renewed); -1 in *@out when absent. -1 with a
- * configuration error naming it otherwise. */
-static int dt_refresh_option(json_object *cfg, double *out, sbx_error **error)
-{
-    json_object *v;
-    *out = -1;
-    if (!cfg || !json_object_object_get_ex(cfg, "refresh_activity_s", &v))
-        return 0;
-    double d = -1;
-    if ((!json_object_is_type(v, json_type_int) && !json_object_is_type(v, json_type_double))
-        || !isfinite(d = json_object_get_double(v)) || d < 0 || d > DT_MAX_REFRESH_S) {
-        cl_context(cl_fail(error, SBX_ERROR_CONFIGURATION, "client_new",
-                           "daytona client option refresh_activity_s %s is not a number of "
-                           "seconds from 0 to %d", json_object_to_json_string(v),
-                           DT_MAX_REFRESH_S), "option", "refresh_activity_s");
-        return -1;
-    }
-    *out = d;
-    return 0;
-}
-
 /* The API key, else a JWT, which acts for the organization named. */
 static const char *const dt_key_envs[] = { "DAYTONA_API_KEY", "DAYTONA_JWT_TOKEN", NULL };
 
@@ -523,7 +501,11 @@ static int dt_client_new(const char *config_json, sbx_plugin_client **client, sb
         cl_fail(error, SBX_ERROR_RESOURCE_EXHAUSTED, op, "out of memory");
         goto fail;
     }
-    if (dt_refresh_option(cfg, &c->refresh_s, error) < 0)
+    /* refresh_activity_s: seconds from 0 to a day (0: the activity is
+     * never renewed); -1 when absent. */
+    c->refresh_s = -1;
+    if (cl_seconds_option(cfg, "refresh_activity_s", 1, DT_MAX_REFRESH_S, &c->refresh_s,
+                          error) < 0)
         goto fail;
     const char *t = cl_json_str(cfg, "target");
     if (!t)

@@ -505,27 +505,6 @@ static void e2b_client_clear(sbx_plugin_client *c)
 
 static int e2b_find_token(void *ud, const sbx_call_ctx *ctx, const char *token, char ***ids,
                           sbx_error **error);
-/* The client option "keepalive_s": a number of seconds > 0 (at most a
- * day), rounded up to whole seconds as envd counts them; E2B_KEEPALIVE_S
- * when absent. -1 with a configuration error naming it otherwise. */
-static int e2b_keepalive_option(json_object *cfg, long *out, sbx_error **error)
-{
-    json_object *v;
-    *out = E2B_KEEPALIVE_S;
-    if (!cfg || !json_object_object_get_ex(cfg, "keepalive_s", &v))
-        return 0;
-    double d = 0;
-    if ((!json_object_is_type(v, json_type_int) && !json_object_is_type(v, json_type_double))
-        || !isfinite(d = json_object_get_double(v)) || !(d > 0) || d > E2B_MAX_KEEPALIVE_S) {
-        cl_context(cl_fail(error, SBX_ERROR_CONFIGURATION, "client_new",
-                           "e2b client option keepalive_s %s is not a number of seconds "
-                           "above 0 and at most %d", json_object_to_json_string(v),
-                           E2B_MAX_KEEPALIVE_S), "option", "keepalive_s");
-        return -1;
-    }
-    *out = (long)ceil(d);
-    return 0;
-}
 
 static const char *const e2b_key_envs[] = { "E2B_API_KEY", NULL };
 
@@ -562,8 +541,12 @@ static int e2b_client_new(const char *config_json, sbx_plugin_client **client, s
         if (!c->sandbox_url)
             goto fail;
     }
-    if (e2b_keepalive_option(cfg, &c->keepalive_s, error) < 0)
+    /* keepalive_s: seconds above 0 (at most a day), rounded up to whole
+     * seconds as envd counts them; E2B_KEEPALIVE_S when absent. */
+    double ka = E2B_KEEPALIVE_S;
+    if (cl_seconds_option(cfg, "keepalive_s", 0, E2B_MAX_KEEPALIVE_S, &ka, error) < 0)
         goto fail;
+    c->keepalive_s = (long)ceil(ka);
     return cl_client_end(0, c, client, cfg, cl_client_free_slot);
 fail:
     return cl_client_end(-1, c, client, cfg, cl_client_free_slot);

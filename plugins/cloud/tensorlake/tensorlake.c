@@ -299,17 +299,10 @@ static int tl_client_new(const char *config_json, sbx_plugin_client **client, sb
     if (!c)
         return -1;
     c->suspendable = 1;
-    json_object *sv;
-    if (cfg && json_object_object_get_ex(cfg, "suspendable", &sv)) {
-        if (!json_object_is_type(sv, json_type_boolean)) {
-            cl_context(cl_fail(error, SBX_ERROR_CONFIGURATION, "client_new",
-                               "tensorlake client option suspendable %s is not true or false",
-                               json_object_to_json_string(sv)), "option", "suspendable");
-            return cl_client_end(-1, c, client, cfg, cl_client_free_slot);
-        }
-        c->suspendable = json_object_get_boolean(sv);
-    }
-    return cl_client_end(0, c, client, cfg, cl_client_free_slot);
+    const cl_option opts[] = { { "suspendable", CL_OPTION_BOOL, 0, &c->suspendable },
+                               { NULL, 0, 0, NULL } };
+    return cl_client_end(cl_client_options(cfg, opts, error), c, client, cfg,
+                         cl_client_free_slot);
 }
 
 static int tl_probe(sbx_plugin_client *client, const sbx_call_ctx *ctx, uint64_t *caps,
@@ -644,12 +637,7 @@ static int tl_create(sbx_plugin_client *client, const sbx_call_ctx *ctx,
     }
     if ((sb = cl_sandbox_new_at(sizeof(*sb), c, id, NULL, su)))
         sb->named = named;
-    const uint16_t *ports;
-    size_t n_ports = cl_request_ports(rq, &ports);
-    int port_oom = 0;
-    for (size_t i = 0; sb && i < n_ports; i++)
-        port_oom |= cl_ports_add(&sb->s, ports[i]) < 0;
-    if (!sb || port_oom || tl_take_ports(sb, j) < 0) {
+    if (!sb || cl_ports_from_request(&sb->s, rq, op, error) < 0 || tl_take_ports(sb, j) < 0) {
         cl_fail(error, SBX_ERROR_RESOURCE_EXHAUSTED, op, "out of memory");
         sb = cl_create_undo(sb, c, tl_delete, id, 0, NULL, op, error);
         goto out;

@@ -769,17 +769,13 @@ static int vc_client_new(const char *config_json, sbx_plugin_client **client, sb
     struct sbx_plugin_client *c = cl_client_new(&vc_client_spec, config_json, &cfg, error);
     if (!c)
         return -1;
-    static const char *const str_keys[] = { "team_id", "project_id", NULL };
-    for (int i = 0; cfg && str_keys[i]; i++) {
-        json_object *v = NULL;
-        if (json_object_object_get_ex(cfg, str_keys[i], &v)
-            && (!json_object_is_type(v, json_type_string) || json_object_get_string_len(v) == 0)) {
-            cl_context(cl_fail(error, SBX_ERROR_CONFIGURATION, op, "vercel client option %s: "
-                               "%s is not a non-empty string", str_keys[i],
-                               json_object_to_json_string(v)), "option", str_keys[i]);
-            goto fail;
-        }
-    }
+    /* team_id and project_id, when given, are non-empty strings (read by
+     * vc_setting below). */
+    static const cl_option str_opts[] = { { "team_id", CL_OPTION_STRING, 0, NULL },
+                                          { "project_id", CL_OPTION_STRING, 0, NULL },
+                                          { NULL, 0, 0, NULL } };
+    if (cl_client_options(cfg, str_opts, error) < 0)
+        goto fail;
     /* The OIDC token names its team and project; an access token needs them
      * given. */
     const char *oidc = getenv("VERCEL_OIDC_TOKEN");
