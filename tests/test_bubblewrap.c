@@ -883,6 +883,18 @@ Test(bubblewrap, a_command_to_its_end_does_not_cross_the_plugin_host)
     sb = tu_create(c, NULL);
     cr_assert_str_eq(sbx_sandbox_get0_id(sb), id);
     runs_without_the_host(sb, &l, &from, "/", "bar");
+    /* Resumed, it names the same endpoint (its start time checked). */
+    char *state = sbx_sandbox_session_state(sb, &err);
+    cr_assert_not_null(state, "%s", err ? sbx_error_get0_message(err) : "");
+    sbx_sandbox *again = sbx_sandbox_resume(c, state, &err);
+    cr_assert_not_null(again, "resume: %s", err ? sbx_error_get0_message(err) : "");
+    free(state);
+    free(tu_host_calls_since(&l, &from));
+    expect(again, "pwd; echo $BAR.", 0, "/\n.\n");
+    calls = tu_host_calls_since(&l, &from);
+    cr_assert_str_eq(calls, "", "a resumed sandbox's command: %s", calls);
+    free(calls);
+    sbx_sandbox_free(again);
     cr_assert_eq(sbx_sandbox_destroy(sb, &err), 0, "%s", err ? sbx_error_get0_message(err) : "");
     sbx_sandbox_free(sb);
     sbx_client_free(c);
