@@ -20,7 +20,15 @@
  * DESTROYED, then the plugin host's destroy is sent without waiting for
  * its answer (sbx_proxy_destroy_unwaited), for what the plugin keeps of
  * the sandbox; out of process that took about 0.1 ms off a destroy
- * (bench/lifecycle).
+ * (bench/lifecycle). An endpoint that says "destroy": false (bubblewrap's,
+ * whose plugin waits for the namespace's end and cleans up after it)
+ * takes commands only: destroy goes through the plugin host.
+ *
+ * The endpoint's "cwd" is the path commands start in as the process that
+ * serves it sees it: the local supervisor's host path of the root; inside
+ * bubblewrap's namespaces, the sandbox's workdir. Its "pid", "start" and
+ * "uid" are as this process sees them (bubblewrap's supervisor, pid 1 of
+ * its namespace, under its host pid): SO_PEERCRED gives them so here.
  *
  * The protocol is the local supervisor's (plugins/local/proto.h), version
  * PROTO_VERSION: one connection per command; EXEC_QUIET with stdin,
@@ -72,6 +80,8 @@ struct sbx_direct_ep {
     uid_t uid;                  /* as whom */
     double expires_at;          /* UNIX time the lifetime ends; 0 none */
     double lifetime;            /* seconds, for messages */
+    int destroy;                /* DESTROY may go there ("destroy", default
+                                 * true); else the plugin host destroys */
 };
 
 /* A command started here. */
@@ -158,6 +168,8 @@ sbx_direct_from_state(sbx_sandbox *sandbox, json_object *doc, int check_start)
         d->expires_at = json_object_get_double(v);
     if (json_object_object_get_ex(ep, "lifetime", &v))
         d->lifetime = json_object_get_double(v);
+    d->destroy = !json_object_object_get_ex(ep, "destroy", &v)
+                 || (json_object_is_type(v, json_type_boolean) && json_object_get_boolean(v));
     if (!d->sock || !d->cwd || !d->sandbox_id) {
         sbx_direct_ep_free(d);
         return;
@@ -405,7 +417,7 @@ sbx_direct_destroy(sbx_sandbox *sandbox, const sbx_call_ctx *ctx, sbx_error **er
     proto_buf b;
     int fd = -1, r;
 
-    if (!ep)
+    if (!ep || !ep->destroy)
         return 0;
     proto_buf_init(&b, PROTO_DESTROY);
     if (b.failed || connect_ep(ep, until_of(ctx, DIRECT_SEND_SECS), &fd) < 0

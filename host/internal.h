@@ -644,8 +644,9 @@ int sbx_direct_exec_start(sbx_sandbox *sandbox, const sbx_call_ctx *ctx,
  * process of it has ended and its directory is gone from its place (the
  * supervisor removes the rest and exits). 1 when so; 0 when the request did
  * not go out or no answer came (the endpoint cannot be reached, is served
- * by another process, the supervisor died or stalls 15 s): ask the plugin
- * host, whose plugin ends it by pid if it must; -1 with *@err (timeout,
+ * by another process, the supervisor died or stalls 15 s), or the endpoint
+ * takes no DESTROY ("destroy": false, bubblewrap's): ask the plugin host,
+ * whose plugin ends it by pid if it must; -1 with *@err (timeout,
  * cancelled) when @ctx's deadline passed or it was cancelled while waiting.
  * After 1 the plugin host is still to run its destroy (sbx_proxy_destroy_
  * unwaited), for what the plugin keeps of the sandbox.

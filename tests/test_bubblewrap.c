@@ -24,6 +24,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <json-c/json.h>
 #include <sbx/sbx.h>
 
 #include "testutil.h"
@@ -680,6 +681,31 @@ Test(bubblewrap, no_network_without_allow_internet)
     free(s);
 }
 
+/* The "exec_endpoint" of @sb's session state (a new reference), or NULL
+ * when it names none; *@sup_pid gets its "supervisor_pid". */
+static json_object *exec_endpoint_of(sbx_sandbox *sb, int64_t *sup_pid)
+{
+    sbx_error *err = NULL;
+    char *state = sbx_sandbox_session_state(sb, &err);
+    cr_assert_not_null(state, "session_state: %s", err ? sbx_error_get0_message(err) : "");
+    json_object *doc = json_tokener_parse(state), *data, *ep = NULL, *v;
+    cr_assert(doc && json_object_object_get_ex(doc, "data", &data), "%s", state);
+    cr_assert(json_object_object_get_ex(data, "supervisor_pid", &v), "%s", state);
+    *sup_pid = json_object_get_int64(v);
+    if (json_object_object_get_ex(data, "exec_endpoint", &ep))
+        json_object_get(ep);
+    json_object_put(doc);
+    free(state);
+    return ep;
+}
+
+/* A member of endpoint @ep as text ("" when absent). */
+static const char *ep_str(json_object *ep, const char *key)
+{
+    json_object *v;
+    return json_object_object_get_ex(ep, key, &v) ? json_object_get_string(v) : "";
+}
+
 Test(bubblewrap, memory_limit_kills_with_137)
 {
     uint64_t caps = 0;
@@ -698,9 +724,13 @@ Test(bubblewrap, memory_limit_kills_with_137)
     }
     g_sb = tu_create(g_client, o);
     sbx_options_free(o);
+    /* Its commands go by the plugin, which reports their OOM kills. */
+    int64_t sup = 0;
+    cr_assert_null(exec_endpoint_of(g_sb, &sup), "an exec_endpoint with a memory limit");
     sbx_result *r = tu_sh(g_sb, "python3 -c 'b = bytearray(256 * 1024 * 1024); print(len(b))'",
                           60);
     tu_assert_exit(r, 137);
+    cr_assert_eq(sbx_result_is_oom_killed(r), 1);
     tu_assert_stdout(r, "");
     sbx_result_free(r);
     /* Below the limit all is well, and the sandbox lives on. */
@@ -713,6 +743,165 @@ Test(bubblewrap, memory_limit_kills_with_137)
     if (v1)
         cr_assert(!tu_exists(cg), "destroy left the cgroup %s", cg);
     free(cg);
+}
+
+/*
+ * @sb's commands that run to their end cross no plugin host (the log @l's
+ * calls from *@from): stdin, exact stdout, stderr and exit code, the
+ * workdir @cwd inside, the sandbox's environment (@env_line: what its FOO
+ * gives) with the command's own; a timeout ends the command's whole tree.
+ * Its endpoint names the supervisor, pid 1 inside, by its host pid.
+ */
+static void runs_without_the_host(sbx_sandbox *sb, const tu_debug_log *l, off_t *from,
+                                  const char *cwd, const char *env_line)
+{
+    sbx_error *err = NULL;
+    int64_t sup = 0;
+    json_object *ep = exec_endpoint_of(sb, &sup);
+    cr_assert_not_null(ep, "no exec_endpoint");
+    cr_assert_str_eq(ep_str(ep, "protocol"), "sbx-local");
+    cr_assert_str_eq(ep_str(ep, "cwd"), cwd);
+    cr_assert_str_eq(ep_str(ep, "destroy"), "false");
+    char *pid = tu_strdup_printf("%lld", (long long)sup);
+    cr_assert_str_eq(ep_str(ep, "pid"), pid);
+    free(pid);
+    cr_assert(sup > 1);
+    cr_assert_eq(tu_host_pid(sb, 1), (pid_t)sup, "the endpoint's pid is not the init's");
+    json_object_put(ep);
+    free(tu_host_calls_since(l, from));     /* session_state */
+
+    const char *env[] = { "BAR=bar", NULL };
+    sbx_exec_request rq = SBX_EXEC_REQUEST_INIT;
+    rq.shell = "read x; echo \"got $x\"; echo err >&2; pwd; echo $FOO $BAR; exit 7";
+    rq.env = env;
+    rq.stdin_data = "line\n";
+    rq.stdin_len = 5;
+    sbx_result *r = sbx_sandbox_execute_command(sb, &rq, &err);
+    cr_assert_not_null(r, "%s", err ? sbx_error_get0_message(err) : "");
+    char *want = tu_strdup_printf("got line\n%s\n%s\n", cwd, env_line);
+    tu_assert_stdout(r, want);
+    tu_assert_stderr(r, "err\n");
+    tu_assert_exit(r, 7);
+    cr_assert_eq(sbx_result_is_oom_killed(r), 0);
+    sbx_result_free(r);
+    free(want);
+
+    rq = (sbx_exec_request)SBX_EXEC_REQUEST_INIT;
+    rq.shell = "sleep 300 & echo $! > /tmp/bg.pid; sleep 300";
+    rq.timeout_secs = 0.5;
+    double t0 = tu_now();
+    r = sbx_sandbox_execute_command(sb, &rq, &err);
+    double took = tu_now() - t0;
+    cr_assert_not_null(r, "timeout: %s", err ? sbx_error_get0_message(err) : "");
+    cr_assert_eq(sbx_result_is_timed_out(r), 1);
+    cr_assert_eq(sbx_result_get_exit_code(r), 124);
+    cr_assert(took < 5.0, "the timed-out command took %.2f s", took);
+    sbx_result_free(r);
+    char *calls = tu_host_calls_since(l, from);
+    cr_assert_str_eq(calls, "", "the commands' calls to the plugin host: %s", calls);
+    free(calls);
+    /* Its background child ended with it (the init reaps it). */
+    expect(sb, "p=$(cat /tmp/bg.pid); for i in $(seq 50); do [ -e /proc/$p ] || "
+           "{ echo gone; exit; }; sleep 0.1; done; echo alive", 0, "gone\n");
+
+    /* One with a working directory goes by the plugin. */
+    free(tu_host_calls_since(l, from));
+    rq = (sbx_exec_request)SBX_EXEC_REQUEST_INIT;
+    rq.shell = "pwd";
+    rq.cwd = "/tmp";
+    r = sbx_sandbox_execute_command(sb, &rq, &err);
+    cr_assert_not_null(r, "with a cwd: %s", err ? sbx_error_get0_message(err) : "");
+    tu_assert_stdout(r, "/tmp\n");
+    tu_assert_exit(r, 0);
+    sbx_result_free(r);
+    /* exec_free has no answer: a call that has one logs after it. */
+    char *state = sbx_sandbox_session_state(sb, &err);
+    cr_assert_not_null(state, "%s", err ? sbx_error_get0_message(err) : "");
+    free(state);
+    calls = tu_host_calls_since(l, from);
+    cr_assert_str_eq(calls, "exec_start,exec_end_info,exec_free,session_state",
+                     "with a cwd: %s", calls);
+    free(calls);
+}
+
+/*
+ * Out of process, a command that runs to its end goes straight to the
+ * sandbox's supervisor, its init (its session state's exec_endpoint), on a
+ * sandbox started cold with a workdir and an environment and on a plain
+ * one that took the warm sandbox; destroy still goes by the plugin, which
+ * waits for the namespace's end. A sandbox with a memory limit names no
+ * endpoint (memory_limit_kills_with_137).
+ */
+Test(bubblewrap, a_command_to_its_end_does_not_cross_the_plugin_host)
+{
+    tu_debug_log l;
+    off_t from = 0;
+    sbx_error *err = NULL;
+    setenv("SBX_TEST_BACKEND", "bubblewrap", 1);     /* for tu_host_pid */
+    tu_debug_log_start(&l);
+    sbx_client *c = sbx_client_new_with_mode("bubblewrap", SBX_PLUGIN_MODE_OUT_OF_PROCESS, &err);
+    cr_assert_not_null(c, "%s", err ? sbx_error_get0_message(err) : "");
+
+    char *inside = tu_strdup_printf("/work-%d", (int)getpid());
+    sbx_options *o = sbx_options_new();
+    cr_assert_eq(sbx_options_set_workdir(o, inside, NULL), 0);
+    cr_assert_eq(sbx_options_set_env(o, "FOO", "foo", NULL), 0);
+    sbx_sandbox *sb = tu_create(c, o);
+    sbx_options_free(o);
+    runs_without_the_host(sb, &l, &from, inside, "foo bar");
+    /* Its workdir gone, a command cannot start, in the plugin's words. */
+    char *rm = tu_strdup_printf("cd / && rmdir %s && echo gone", inside);
+    expect(sb, rm, 0, "gone\n");
+    free(rm);
+    free(tu_host_calls_since(&l, &from));
+    err = tu_exec_fail(sb, &(sbx_exec_request){ .struct_size = sizeof(sbx_exec_request),
+                                               .shell = "true" }, SBX_ERROR_NOT_FOUND);
+    char *want = tu_strdup_printf("working directory \"%s\" does not exist in sandbox %s",
+                                  inside, sbx_sandbox_get0_id(sb));
+    cr_assert_str_eq(sbx_error_get0_message(err), want);
+    cr_assert_str_eq(sbx_error_get0_context(err, "path"), inside);
+    free(want);
+    sbx_error_free(err);
+    err = NULL;
+    /* The exec crossed nothing; a not_found error has the library ask
+     * whether the sandbox is gone (its record). */
+    char *calls = tu_host_calls_since(&l, &from);
+    cr_assert_str_eq(calls, "is_alive", "a command that cannot start: %s", calls);
+    free(calls);
+    cr_assert_eq(sbx_sandbox_destroy(sb, &err), 0, "%s", err ? sbx_error_get0_message(err) : "");
+    calls = tu_host_calls_since(&l, &from);
+    cr_assert_str_eq(calls, "destroy");
+    free(calls);
+    sbx_sandbox_free(sb);
+
+    /* Plain: the first starts cold, the next takes the warm one. */
+    sb = tu_create(c, NULL);
+    cr_assert_eq(sbx_sandbox_destroy(sb, &err), 0, "%s", err ? sbx_error_get0_message(err) : "");
+    sbx_sandbox_free(sb);
+    char *name = wait_warm_sandbox(g_tmp);
+    char *id = tu_strdup_printf("sbx-bwrap-%s", name);
+    sb = tu_create(c, NULL);
+    cr_assert_str_eq(sbx_sandbox_get0_id(sb), id);
+    runs_without_the_host(sb, &l, &from, "/", "bar");
+    /* Resumed, it names the same endpoint (its start time checked). */
+    char *state = sbx_sandbox_session_state(sb, &err);
+    cr_assert_not_null(state, "%s", err ? sbx_error_get0_message(err) : "");
+    sbx_sandbox *again = sbx_sandbox_resume(c, state, &err);
+    cr_assert_not_null(again, "resume: %s", err ? sbx_error_get0_message(err) : "");
+    free(state);
+    free(tu_host_calls_since(&l, &from));
+    expect(again, "pwd; echo $BAR.", 0, "/\n.\n");
+    calls = tu_host_calls_since(&l, &from);
+    cr_assert_str_eq(calls, "", "a resumed sandbox's command: %s", calls);
+    free(calls);
+    sbx_sandbox_free(again);
+    cr_assert_eq(sbx_sandbox_destroy(sb, &err), 0, "%s", err ? sbx_error_get0_message(err) : "");
+    sbx_sandbox_free(sb);
+    sbx_client_free(c);
+    free(tu_debug_log_stop(&l));
+    free(name);
+    free(id);
+    free(inside);
 }
 
 Test(bubblewrap, bad_backend_options_and_image_are_refused)

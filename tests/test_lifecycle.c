@@ -257,36 +257,6 @@ static char *record_text(const char *sql)
     return out;
 }
 
-/* The slots the plugin host was called with since byte @from of the
- * captured debug log @l ("plugin host: call SLOT" lines), comma-separated
- * in their order; *@from moves to the log's end. */
-static char *host_calls_since(const tu_debug_log *l, off_t *from)
-{
-    static const char tag[] = "plugin host: call ";
-    struct stat st;
-    cr_assert_eq(fstat(l->fd, &st), 0);
-    size_t n = (size_t)(st.st_size - *from);
-    char *buf = malloc(n + 1), *out = malloc(n + 1);
-    cr_assert(buf && out);
-    cr_assert_eq(pread(l->fd, buf, n, *from), (ssize_t)n);
-    buf[n] = '\0';
-    out[0] = '\0';
-    *from = st.st_size;
-    for (char *line = buf, *nl; *line; line = nl + 1) {
-        nl = strchr(line, '\n');
-        cr_assert_not_null(nl, "a partial log line: %s", line);
-        *nl = '\0';
-        char *at = strstr(line, tag);
-        if (!at)
-            continue;
-        if (out[0])
-            strcat(out, ",");
-        strcat(out, at + strlen(tag));
-    }
-    free(buf);
-    return out;
-}
-
 /*
  * A create out of process crosses the plugin host once: the reply of its
  * one call carries the new sandbox's id, root and session state (wire 8),
@@ -301,14 +271,14 @@ Test(record, a_create_crosses_the_plugin_host_once_and_records_the_session_state
     static const sbx_plugin_mode modes[] = { SBX_PLUGIN_MODE_OUT_OF_PROCESS,
                                              SBX_PLUGIN_MODE_IN_PROCESS };
     const char *b = tu_backend();
-    /* The local session data's keys (plugins/local/local.c), sorted; only
-     * local names an exec endpoint (bubblewrap's and safehouse's commands
-     * go through the plugin). */
+    /* The local session data's keys (plugins/local/local.c), sorted; local
+     * and bubblewrap (a sandbox with no cgroup) name an exec endpoint
+     * (safehouse's commands go through the plugin). */
     const char *data_keys =
-        strcmp(b, "local") == 0
+        strcmp(b, "local") == 0 || strcmp(b, "bubblewrap") == 0
             ? "exec_endpoint,expires_at,lifetime,made_tmp,meta,owns_root,root,"
               "supervisor_pid,supervisor_start"
-        : strcmp(b, "bubblewrap") == 0 || strcmp(b, "safehouse") == 0
+        : strcmp(b, "safehouse") == 0
             ? "expires_at,lifetime,made_tmp,meta,owns_root,root,supervisor_pid,"
               "supervisor_start"
             : NULL;
@@ -323,10 +293,10 @@ Test(record, a_create_crosses_the_plugin_host_once_and_records_the_session_state
         sbx_client *c = sbx_client_new_with_mode(b, modes[i], &err);
         cr_assert_not_null(c, "%s", err ? sbx_error_get0_message(err) : "");
         from = 0;
-        free(host_calls_since(&l, &from));   /* the host's start: client_new */
+        free(tu_host_calls_since(&l, &from));   /* the host's start: client_new */
 
         sbx_sandbox *sb = tu_create(c, NULL);
-        char *calls = host_calls_since(&l, &from);
+        char *calls = tu_host_calls_since(&l, &from);
         cr_assert_str_eq(calls, out_of_process ? "create" : "",
                          "mode %d: the create's calls to the plugin host", (int)modes[i]);
         free(calls);
@@ -355,7 +325,7 @@ Test(record, a_create_crosses_the_plugin_host_once_and_records_the_session_state
 
         char *state = sbx_sandbox_session_state(sb, &err);
         cr_assert_not_null(state, "%s", err ? sbx_error_get0_message(err) : "");
-        calls = host_calls_since(&l, &from);
+        calls = tu_host_calls_since(&l, &from);
         cr_assert_str_eq(calls, out_of_process ? "session_state" : "",
                          "mode %d: a later session_state's calls", (int)modes[i]);
         free(calls);

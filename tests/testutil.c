@@ -1439,6 +1439,36 @@ char *tu_debug_log_stop(tu_debug_log *l)
     return buf;
 }
 
+/* The slots the plugin host was called with since byte @from of the
+ * captured debug log @l ("plugin host: call SLOT" lines), comma-separated
+ * in their order; *@from moves to the log's end. */
+char *tu_host_calls_since(const tu_debug_log *l, off_t *from)
+{
+    static const char tag[] = "plugin host: call ";
+    struct stat st;
+    cr_assert_eq(fstat(l->fd, &st), 0);
+    size_t n = (size_t)(st.st_size - *from);
+    char *buf = malloc(n + 1), *out = malloc(n + 1);
+    cr_assert(buf && out);
+    cr_assert_eq(pread(l->fd, buf, n, *from), (ssize_t)n);
+    buf[n] = '\0';
+    out[0] = '\0';
+    *from = st.st_size;
+    for (char *line = buf, *nl; *line; line = nl + 1) {
+        nl = strchr(line, '\n');
+        cr_assert_not_null(nl, "a partial log line: %s", line);
+        *nl = '\0';
+        char *at = strstr(line, tag);
+        if (!at)
+            continue;
+        if (out[0])
+            strcat(out, ",");
+        strcat(out, at + strlen(tag));
+    }
+    free(buf);
+    return out;
+}
+
 /* ------------------------------------------------------------ live output */
 
 typedef struct live_seen {

@@ -360,6 +360,11 @@ void tu_debug_log_start(tu_debug_log *l);
 /* Puts stderr back, unsets SBX_DEBUG and removes the file: what was
  * written there (a new string). */
 char *tu_debug_log_stop(tu_debug_log *l);
+/* The slots the plugin host was called with since byte *@from of the
+ * captured log @l (its "plugin host: call SLOT" lines), comma-separated in
+ * their order ("" when none; a new string); *@from moves to the log's
+ * end. */
+char *tu_host_calls_since(const tu_debug_log *l, off_t *from);
 
 /* Starts tests/fakes/idlereaper.py in front of 127.0.0.1:@target, closing
  * a connection after @idle seconds without a byte either way (as a proxy

@@ -3626,7 +3626,7 @@ static int local_destroy(sbx_plugin_sandbox *sandbox, const sbx_call_ctx *ctx,
      * or its keeper removed the tmp directory in the caller's workdir,
      * which a new sandbox of that workdir may have made again since. */
 #ifdef SBX_LOCAL_BUBBLEWRAP
-    ending = 0;     /* bubblewrap has no exec endpoint: removed here as before */
+    ending = 0;     /* bubblewrap's exec endpoint takes no DESTROY: removed here */
 #endif
     if (!ending && remove_dirs(sb, op, error) < 0) {
         rc = -1;
@@ -3736,6 +3736,18 @@ static const char *local_sandbox_root(sbx_plugin_sandbox *sandbox)
 /* Slots: session state and resume                                           */
 /* ------------------------------------------------------------------------ */
 
+/** The working directory a command given none starts in, as the caller
+ *  names it (borrowed): the root; inside bubblewrap, the workdir (as the
+ *  session state's exec_endpoint names it too). */
+static const char *default_cwd(const struct sbx_plugin_sandbox *sb)
+{
+#ifdef SBX_LOCAL_BUBBLEWRAP
+    return sb->cwd ? sb->cwd : "/";
+#else
+    return sb->root;
+#endif
+}
+
 /*
  * The local part ("data") of a session state:
  *
@@ -3773,16 +3785,30 @@ static char *local_session_state(sbx_plugin_sandbox *sandbox, const sbx_call_ctx
         || json_object_object_add(o, "lifetime", json_object_new_double(sb->lifetime)) < 0
         || json_object_object_add(o, "expires_at", json_object_new_double(sb->expires_at)) < 0)
         goto nomem;
-#if !defined(SBX_LOCAL_BUBBLEWRAP) && !defined(SBX_LOCAL_SAFEHOUSE) && !defined(SBX_LOCAL_FAULTY)
+#if !defined(SBX_LOCAL_SAFEHOUSE) && !defined(SBX_LOCAL_FAULTY)
     /* Where a command that runs to its end may go without the plugin host
      * (<sbx/plugin.h>, session_state): the supervisor's socket, in this
      * protocol's version, served by that process as that user; commands
-     * start in the root. (Bubblewrap's commands start inside its
-     * namespace, safehouse's through its CLI: they go by the plugin.) A
-     * supervisor that did not answer at resume has none: its calls are
-     * refused at once (connect_supervisor). */
-    json_object *ep = sb->unresponsive ? NULL : json_object_new_object();
-    if (!sb->unresponsive && (!ep || json_object_object_add(o, "exec_endpoint", ep) < 0)) {
+     * start in the root (safehouse's go through its CLI: they go by the
+     * plugin). A supervisor that did not answer at resume has none: its
+     * calls are refused at once (connect_supervisor).
+     *
+     * Bubblewrap: the supervisor is pid 1 of the sandbox's namespaces;
+     * pid, start and uid are its host ones (found through SO_PEERCRED at
+     * create), and its commands start in the workdir inside (resolve_cwd).
+     * Only a sandbox with no cgroup names one: with a memory limit the
+     * plugin's exec_end_info reports the OOM kills its cgroup counts,
+     * which a command sent there would lose. Its destroy goes by the
+     * plugin ("destroy": false), which waits for the namespace's end
+     * where it must and removes its mounts' leftovers (local_destroy). */
+#ifdef SBX_LOCAL_BUBBLEWRAP
+    int publish = !sb->unresponsive && sb->sup_pid > 1 && !bwrap_cgroups_exist(sb->id);
+#else
+    int publish = !sb->unresponsive;
+#endif
+    const char *ep_cwd = default_cwd(sb);
+    json_object *ep = publish ? json_object_new_object() : NULL;
+    if (publish && (!ep || json_object_object_add(o, "exec_endpoint", ep) < 0)) {
         json_object_put(ep);
         goto nomem;
     }
@@ -3792,10 +3818,14 @@ static char *local_session_state(sbx_plugin_sandbox *sandbox, const sbx_call_ctx
         || json_object_object_add(ep, "pid", json_object_new_int64((int64_t)sb->sup_pid)) < 0
         || json_object_object_add(ep, "start", json_object_new_int64((int64_t)sb->sup_start)) < 0
         || json_object_object_add(ep, "uid", json_object_new_int64((int64_t)sb->sup_uid)) < 0
-        || json_object_object_add(ep, "cwd", json_object_new_string(sb->root)) < 0
+        || json_object_object_add(ep, "cwd", json_object_new_string(ep_cwd)) < 0
         || json_object_object_add(ep, "expires_at", json_object_new_double(sb->expires_at)) < 0
         || json_object_object_add(ep, "lifetime", json_object_new_double(sb->lifetime)) < 0))
         goto nomem;
+#ifdef SBX_LOCAL_BUBBLEWRAP
+    if (ep && json_object_object_add(ep, "destroy", json_object_new_boolean(0)) < 0)
+        goto nomem;
+#endif
 #endif
     const char *s = json_object_to_json_string_ext(o, JSON_C_TO_STRING_PLAIN
                                                       | JSON_C_TO_STRING_NOSLASHESCAPE);
@@ -4725,7 +4755,8 @@ static int local_exec_start(sbx_plugin_sandbox *sandbox, const sbx_call_ctx *ctx
             uint32_t kind = proto_get_u32(&rd);
             int err_no = proto_get_i32(&rd);
             const char *msg = proto_get_str(&rd);
-            start_fail(error, kind, err_no, msg, request->cwd ? request->cwd : sb->root, sb->id);
+            start_fail(error, kind, err_no, msg, request->cwd ? request->cwd : default_cwd(sb),
+                       sb->id);
             goto out;
         }
         pid = proto_get_i32(&rd);
@@ -4738,7 +4769,8 @@ static int local_exec_start(sbx_plugin_sandbox *sandbox, const sbx_call_ctx *ctx
 
     struct sbx_plugin_process *p = calloc(1, sizeof(*p));
     if (!p || !(p->sandbox_id = strdup(sb->id))
-        || (quiet && !(p->cwd_shown = strdup(request->cwd ? request->cwd : sb->root)))) {
+        || (quiet && !(p->cwd_shown = strdup(request->cwd ? request->cwd
+                                                           : default_cwd(sb))))) {
         if (p)
             free(p->sandbox_id);
         free(p);

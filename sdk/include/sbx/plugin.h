@@ -374,32 +374,40 @@ typedef struct sbx_plugin {
      *
      *  A second member it reads, out of process only: "exec_endpoint", an
      *  object naming a process of the sandbox's own that takes commands
-     *  straight from the application, so that a command that runs to its
-     *  end (no terminal, no interactive stdin, the default working
-     *  directory and user) does not cross the plugin host:
-     *  {"protocol": "sbx-local", "version": N, "socket": unix socket path,
-     *  "pid": the process that must be listening on it, "start": its start
-     *  time (clock ticks after boot, /proc/PID/stat field 22), "uid": the
-     *  user it must run as, "cwd": the host path commands start in,
-     *  "expires_at": UNIX time the lifetime ends (0: none), "lifetime":
-     *  seconds}. The protocol is libsbx-local's supervisor protocol
-     *  (EXEC_QUIET, EXIT, ERROR, KILL/KILLED; one connection per command,
-     *  closing it before EXIT kills the command's tree), version N being
-     *  the one this libsbx speaks; any other protocol or version is
-     *  ignored. The application checks the start time when it reads the
-     *  member and who serves the socket (SO_PEERCRED: pid and uid) before
-     *  each command, and sends a command
-     *  through the plugin host as before when the endpoint cannot be
-     *  reached, is served by another process, or the lifetime is within a
-     *  second of its end. At resume the member is taken from the state the
-     *  plugin returns for the resumed sandbox, never from the caller's.
-     *  Destroy goes there too (DESTROY, answered by DESTROYED once every
-     *  process of the sandbox has ended and its directory is gone from its
-     *  place); the application then calls the destroy slot without waiting
-     *  for its answer and may free the handle right behind it (the plugin
-     *  host frees it once that destroy is over): the slot finds the
-     *  sandbox ended and releases what the plugin keeps of it. With no
-     *  answer, the application calls destroy as before. */
+     *  straight from the application, so that a command that runs to its end
+     *  (no terminal, no interactive stdin, the default working directory and
+     *  user) does not cross the plugin host: {"protocol": "sbx-local",
+     *  "version": N, "socket": unix socket path, "pid": the process that must
+     *  be listening on it, "start": its start time (clock ticks after boot,
+     *  /proc/PID/stat field 22), "uid": the user it must run as, "cwd": the
+     *  path commands start in as that process sees it (an absolute path: the
+     *  host path of the root for local, the workdir inside the sandbox's
+     *  namespaces for bubblewrap), "expires_at": UNIX time the lifetime ends
+     *  (0: none), "lifetime": seconds, and optionally "destroy": false when
+     *  destroy is not to go there (absent: true)}. pid, start and uid are as
+     *  the application's pid and user namespaces see them (a process that is
+     *  pid 1 of a namespace of its own is named by its pid outside), which is
+     *  what SO_PEERCRED reports there. A plugin names an endpoint only where a
+     *  command sent there ends exactly as one sent through the plugin: same
+     *  working directory, environment and user, and nothing the plugin adds to
+     *  its end (bubblewrap names none for a sandbox with a cgroup, whose OOM
+     *  kills exec_end_info reports). The protocol is libsbx-local's supervisor
+     *  protocol (EXEC_QUIET, EXIT, ERROR, KILL/KILLED; one connection per
+     *  command, closing it before EXIT kills the command's tree), version N
+     *  being the one this libsbx speaks; any other protocol or version is
+     *  ignored. The application checks the start time when it reads the member
+     *  and who serves the socket (SO_PEERCRED: pid and uid) before each
+     *  command, and sends a command through the plugin host as before when the
+     *  endpoint cannot be reached, is served by another process, or the
+     *  lifetime is within a second of its end. At resume the member is taken
+     *  from the state the plugin returns for the resumed sandbox, never from
+     *  the caller's. Destroy goes there too unless "destroy" is false (DESTROY,
+     *  answered by DESTROYED once every process of the sandbox has ended and
+     *  its directory is gone from its place); the application then calls the
+     *  destroy slot without waiting for its answer and may free the handle
+     *  right behind it (the plugin host frees it once that destroy is over):
+     *  the slot finds the sandbox ended and releases what the plugin keeps of
+     *  it. With no answer, the application calls destroy as before. */
     char *(*session_state)(sbx_plugin_sandbox *sandbox, const sbx_call_ctx *ctx,
                            sbx_error **error);
     /** Ends the sandbox and all it runs; a second call returns 0, and so
