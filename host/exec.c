@@ -384,11 +384,24 @@ cancel_take(exec_state *st)
  * returns -1.
  */
 static int
-wait_failed(exec_state *st, sbx_error **perr, sbx_error **err)
+wait_failed(exec_state *st, const char *backend, sbx_error **perr, sbx_error **err)
 {
     if (!st->cancelled && cancel_ready(st)) {
         cancel_take(st);
         sbx_error_clear(perr);
+        return 0;
+    }
+    /* Timed out, SIGTERM sent, and then the sandbox ended under the
+     * command (a default timeout is what was left of the lifetime: a
+     * command that ignores SIGTERM is ended by the sandbox's end, 1 s after
+     * its expiry on local, before the grace's SIGKILL): the command was
+     * timed out, 124, as the default timeout promised; its output so far
+     * is kept. */
+    if (st->timed_out && sbx_error_get_code(*perr) == SBX_ERROR_NOT_FOUND) {
+        sbx_log(SBX_LOG_INFO, backend, "the sandbox ended while its timed-out command was "
+                "being killed (%s): timed out", sbx_error_get0_message(*perr));
+        sbx_error_clear(perr);
+        st->ended = 1;
         return 0;
     }
     sbx_error_propagate(err, *perr);
@@ -577,7 +590,7 @@ exec_loop(exec_state *st, const char *backend, double until, sbx_error **err)
         }
         if (check) {
             if ((rc = exec_poll_end(st, &st->code, &perr)) < 0) {
-                if (wait_failed(st, &perr, err) < 0)
+                if (wait_failed(st, backend, &perr, err) < 0)
                     return -1;
                 continue;
             }
@@ -611,7 +624,7 @@ exec_loop(exec_state *st, const char *backend, double until, sbx_error **err)
             if (st->cancel_fd >= 0 && (ims < 0 || ims > EXEC_TICK_MAX_MS))
                 ims = EXEC_TICK_MAX_MS;
             if ((rc = wait_fn(st->proc, &st->ctx, ims, &st->code, &perr)) < 0) {
-                if (wait_failed(st, &perr, err) < 0)
+                if (wait_failed(st, backend, &perr, err) < 0)
                     return -1;
                 continue;
             }
@@ -720,7 +733,7 @@ exec_loop(exec_state *st, const char *backend, double until, sbx_error **err)
         }
         if (check) {
             if ((rc = exec_poll_end(st, &st->code, &perr)) < 0) {
-                if (wait_failed(st, &perr, err) < 0)
+                if (wait_failed(st, backend, &perr, err) < 0)
                     return -1;
                 continue;
             }

@@ -578,8 +578,9 @@ Test(case55, a_orphans_are_reaped_no_zombies_pile_up)
         size_t n = 0;
         const char *out = sbx_result_get0_stdout(r, &n);
         if (own_pid_ns && (n != 2 || memcmp(out, "0\n", 2) != 0)) {
-            cr_log_warn("CASE-55 run %d counted %.*s zombie(s) as it ended; run again", run,
-                        (int)n, out);
+            /* (not cr_log_warn: a warning makes Criterion's exit status 1) */
+            fprintf(stderr, "# CASE-55 run %d counted %.*s zombie(s) as it ended; run again\n",
+                    run, (int)n, out);
             sbx_result_free(r);
             r = tu_sh(g_sb, case55_z, 60);
             tu_assert_exit(r, 0);

@@ -213,6 +213,29 @@ static void command_at_expiry(void)
     sbx_client_free(c);
 }
 
+/* The default exec timeout is what is left of the lifetime: a command that
+ * ignores SIGTERM, sent at that timeout, is ended by the sandbox's end
+ * (1 s after the expiry) before the grace's SIGKILL; the exec is timed out
+ * all the same (124, timed_out), with the output it wrote, not not_found. */
+static void default_timeout_term_ignored(void)
+{
+    sbx_client *c;
+    double wall0, t0;
+    sbx_sandbox *sb = create_with_lifetime(&c, 3.0, &wall0, &t0);
+    const char *id = sbx_sandbox_get0_id(sb);
+    sbx_result *r = tu_sh(sb, "trap '' TERM; echo started; sleep 30; echo never", 0);
+    double took = tu_now() - t0;
+    cr_assert_eq(sbx_result_is_timed_out(r), 1);
+    cr_assert_eq(sbx_result_get_exit_code(r), 124);
+    tu_assert_stdout(r, "started\n");
+    cr_assert(took >= 2.9 && took <= 3.0 + SBX_KILL_GRACE_SECS + 1.0,
+              "the exec returned %.3f s after create (lifetime 3 s)", took);
+    sbx_result_free(r);
+    wait_nothing_left(id, 0, t0, 6.0);
+    sbx_sandbox_free(sb);
+    sbx_client_free(c);
+}
+
 /* Detaching does not touch the lifetime: a detached sandbox ends by it too,
  * its handle freed before (as `sbx create` leaves one). A resume from its
  * session state then fails with not_found naming the expiry and leaves the
@@ -382,6 +405,7 @@ static void no_lifetime_detached_refused(void)
 
 ON_BOTH(a_two_second_lifetime_ends_the_sandbox, two_second_lifetime)
 ON_BOTH(a_command_running_at_expiry_is_ended, command_at_expiry)
+ON_BOTH(a_default_timeout_ignored_by_the_command_is_a_timeout, default_timeout_term_ignored)
 ON_BOTH(a_detached_sandbox_ends_by_its_lifetime, detached_lifetime)
 ON_BOTH(no_lifetime_lives_with_its_owners_alone, no_lifetime)
 ON_BOTH(no_lifetime_is_refused_for_a_detached_sandbox, no_lifetime_detached_refused)
