@@ -1216,8 +1216,9 @@ Test(rate_limit, policy_from_config)
 }
 
 /* A client option in seconds: absent leaves the default, the bounds are
- * kept (0 only where allowed), anything else is a configuration error
- * naming the option, in the words of its range. */
+ * kept (0 only where allowed, and then nothing between 0 and 1 s: an
+ * interval, not a flood), anything else is a configuration error naming
+ * the option, in the words of its range. */
 Test(util, seconds_option_bounds_and_messages)
 {
     cr_assert_eq(cl_setup(&test_host, "test", NULL), 0);
@@ -1239,9 +1240,12 @@ Test(util, seconds_option_bounds_and_messages)
         const char *msg;
     } bad[] = {
         { "a", 0, "test client option a 0 is not a number of seconds above 0 and at most 86400" },
-        { "d", 1, "test client option d 86400.5 is not a number of seconds from 0 to 86400" },
-        { "e", 1, "test client option e \"5\" is not a number of seconds from 0 to 86400" },
-        { "f", 1, "test client option f -1 is not a number of seconds from 0 to 86400" },
+        { "c", 1, "test client option c 0.25 is not a number of seconds 0, or from 1 to "
+                  "86400" },
+        { "d", 1, "test client option d 86400.5 is not a number of seconds 0, or from 1 to "
+                  "86400" },
+        { "e", 1, "test client option e \"5\" is not a number of seconds 0, or from 1 to 86400" },
+        { "f", 1, "test client option f -1 is not a number of seconds 0, or from 1 to 86400" },
         { "g", 0, "test client option g null is not a number of seconds above 0 and at most "
                   "86400" },
     };

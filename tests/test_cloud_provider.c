@@ -3256,7 +3256,12 @@ Test(provider, backend_options_by_table)
     rq.backend_options = "{\"policy_id\":\"\"}";
     cr_assert_eq(cl_backend_options(&rq, "acme", o.table, NULL), -1);
     cr_assert_str_eq(cl_last()->msg, "acme backend_options: policy_id \"\" is not a non-empty "
-                                     "string");
+                                     "string without control characters");
+    cr_assert_null(o.name);
+    rq.backend_options = "{\"policy_id\":\"np\\nX: 1\"}";
+    cr_assert_eq(cl_backend_options(&rq, "acme", o.table, NULL), -1);
+    cr_assert_str_eq(cl_last()->msg, "acme backend_options: policy_id \"np\\nX: 1\" is not a "
+                                     "non-empty string without control characters");
     cr_assert_null(o.name);
     rq.backend_options = "{\"policy_id\":\"np-2\",\"idle_secs\":86401}";
     cr_assert_eq(cl_backend_options(&rq, "acme", o.table, NULL), -1);
@@ -3306,11 +3311,22 @@ Test(provider, client_options_by_table)
     } bad[] = {
         { "{\"custom\":1}", "acme client option custom 1 is not true or false", "custom" },
         { "{\"policy_id\":\"\",\"custom\":true}",
-          "acme client option policy_id \"\" is not a non-empty string", "policy_id" },
+          "acme client option policy_id \"\" is not a non-empty string without control "
+          "characters", "policy_id" },
         { "{\"custom\":true,\"idle_secs\":0}",
           "acme client option idle_secs 0 is not a whole number from 1 to 86400", "idle_secs" },
         { "{\"policy_id\":\"np-2\",\"team\":null}",
-          "acme client option team null is not a non-empty string", "team" },
+          "acme client option team null is not a non-empty string without control characters",
+          "team" },
+        { "{\"policy_id\":\"ws\\r\\nX-Injected: 1\"}",
+          "acme client option policy_id \"ws\\r\\nX-Injected: 1\" is not a non-empty string "
+          "without control characters", "policy_id" },
+        { "{\"policy_id\":\"np\\u0000-3\"}",
+          "acme client option policy_id \"np\\u0000-3\" is not a non-empty string without "
+          "control characters", "policy_id" },
+        { "{\"policy_id\":\"np\\u007f\"}",
+          "acme client option policy_id \"np\x7f\" is not a non-empty string without "
+          "control characters", "policy_id" },
     };
     for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
         sbx_error *err = NULL;

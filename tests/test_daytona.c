@@ -1894,12 +1894,14 @@ Test(daytona_faults, case52_d_a_command_whose_sandbox_is_stopped_says_stopped)
     sbx_result_free(r);
 }
 
-/* refresh_activity_s must be a number of seconds from 0 to a day: else a
+/* refresh_activity_s must be a number of seconds, 0 (never) or from 1 to a
+ * day (under a second would flood the provider with renewals): else a
  * configuration error naming it. */
 Test(daytona_faults, bad_refresh_activity_s_is_a_configuration_error)
 {
-    static const char *const bad[] = { "-1", "\"2\"", "true", "86401", NULL };
-    tu_assert_bad_seconds_option("daytona", "refresh_activity_s", bad, "from 0 to 86400");
+    static const char *const bad[] = { "-1", "\"2\"", "true", "86401", "0.0001", "0.999",
+                                       "1e-320", NULL };
+    tu_assert_bad_seconds_option("daytona", "refresh_activity_s", bad, "0, or from 1 to 86400");
 }
 
 /* ------------------------------------------------------------ connections */

@@ -978,11 +978,12 @@ SBX_EXPORT sbx_client *sbx_client_new_with_mode(const char *backend, sbx_plugin_
  * "keepalive_s" (seconds above 0 and at most 86400, rounded up to whole
  * seconds; default 20: how long a process stream may be quiet before envd
  * sends a keepalive message; set it below the idle timeout of a proxy or
- * NAT on the path); daytona also takes "refresh_activity_s" (seconds from
- * 0 to 86400; 0: never; default 60, or a quarter of the sandbox's
+ * NAT on the path); daytona also takes "refresh_activity_s" (seconds, 0
+ * or from 1 to 86400; 0: never; default 60, or a quarter of the sandbox's
  * autoStopInterval when that is shorter, never when it is 0: how often the
  * sandbox's activity is renewed while commands run, so that Daytona's idle
- * stop does not stop it under a quiet one); vercel also takes "team_id"
+ * stop does not stop it under a quiet one); blaxel also takes "workspace"
+ * and "region" (before BL_WORKSPACE and BL_REGION); vercel also takes "team_id"
  * and "project_id" (before VERCEL_TEAM_ID and VERCEL_PROJECT_ID); modal takes "server_url" and
  * "failover_url" (gRPC endpoints, before MODAL_SERVER_URL), "environment"
  * (before MODAL_ENVIRONMENT), "app_name" (the default app, "libsbx") and

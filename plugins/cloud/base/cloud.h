@@ -257,13 +257,14 @@ char *cl_base_url(struct json_object *config, const char *key, const char *env,
 
 /**
  * Client option @key of the client's config JSON @config (NULL: none) as a
- * number of seconds: a JSON integer or float, finite, from 0 to @max_s
- * when @zero_ok is non-zero, else above 0 and at most @max_s. Returns 1
+ * number of seconds: a JSON integer or float, finite: 0 or from 1 to @max_s
+ * when @zero_ok is non-zero (0 is "never": an interval under a second, a
+ * flood of requests, is refused), else above 0 and at most @max_s. Returns 1
  * with *@out set (seconds, as given: no rounding) when present and in
  * range, 0 when absent (*@out untouched: the caller's default stays), or
  * -1 with a configuration error (op "client_new", context option=@key)
  * whose message is "BACKEND client option KEY VALUE is not a number of
- * seconds from 0 to MAX" (with @zero_ok) or "... above 0 and at most MAX"
+ * seconds 0, or from 1 to MAX" (with @zero_ok) or "... above 0 and at most MAX"
  * (without), BACKEND being cl_backend and VALUE the option as JSON
  * ("\"20\"", true, -1).
  */

@@ -2111,8 +2111,17 @@ static int option_ok(const cl_option *o, json_object *v)
     switch (o->type) {
     case CL_OPTION_BOOL:
         return json_object_is_type(v, json_type_boolean);
-    case CL_OPTION_STRING:
-        return json_object_is_type(v, json_type_string) && json_object_get_string_len(v) > 0;
+    case CL_OPTION_STRING: {
+        /* Text only: such a value goes into a header, a URL or a body, and
+         * a CR LF in it would be a header of its own, a NUL cut it short. */
+        if (!json_object_is_type(v, json_type_string) || json_object_get_string_len(v) <= 0)
+            return 0;
+        const unsigned char *p = (const unsigned char *)json_object_get_string(v);
+        for (int i = 0; i < json_object_get_string_len(v); i++)
+            if (p[i] < 0x20 || p[i] == 0x7f)
+                return 0;
+        return 1;
+    }
     default: {
         int64_t n = json_object_is_type(v, json_type_int) ? json_object_get_int64(v) : 0;
         return n > 0 && n <= o->max;
@@ -2121,13 +2130,14 @@ static int option_ok(const cl_option *o, json_object *v)
 }
 
 /* What a value of @o's type is, for the refusal of one that is not:
- * "true or false", "a non-empty string", "a whole number from 1 to MAX". */
+ * "true or false", "a non-empty string without control characters", "a
+ * whole number from 1 to MAX". */
 static void option_wanted(const cl_option *o, char *out, size_t cap)
 {
     if (o->type == CL_OPTION_BOOL)
         snprintf(out, cap, "true or false");
     else if (o->type == CL_OPTION_STRING)
-        snprintf(out, cap, "a non-empty string");
+        snprintf(out, cap, "a non-empty string without control characters");
     else
         snprintf(out, cap, "a whole number from 1 to %lld", o->max);
 }

@@ -1299,7 +1299,7 @@ typedef struct cl_option {
                              * checked, not stored (cl_client_options) */
 } cl_option;
 #define CL_OPTION_BOOL 1u       /* true or false */
-#define CL_OPTION_STRING 2u     /* a non-empty string */
+#define CL_OPTION_STRING 2u     /* a non-empty string, no control characters */
 #define CL_OPTION_COUNT 3u      /* a whole number from 1 to max */
 
 /**

@@ -559,12 +559,13 @@ int cl_seconds_option(json_object *config, const char *key, int zero_ok, int max
         return 0;
     double d = -1;
     if ((!json_object_is_type(v, json_type_int) && !json_object_is_type(v, json_type_double))
-        || !isfinite(d = json_object_get_double(v)) || (zero_ok ? d < 0 : !(d > 0))
+        || !isfinite(d = json_object_get_double(v)) || (zero_ok ? d < 0 || (d > 0 && d < 1)
+                                                                 : !(d > 0))
         || d > max_s) {
         cl_context(cl_fail(error, SBX_ERROR_CONFIGURATION, "client_new",
                            "%s client option %s %s is not a number of seconds %s %d", cl_backend,
                            key, json_object_to_json_string(v),
-                           zero_ok ? "from 0 to" : "above 0 and at most", max_s),
+                           zero_ok ? "0, or from 1 to" : "above 0 and at most", max_s),
                    "option", key);
         return -1;
     }

@@ -501,8 +501,8 @@ static int dt_client_new(const char *config_json, sbx_plugin_client **client, sb
         cl_fail(error, SBX_ERROR_RESOURCE_EXHAUSTED, op, "out of memory");
         goto fail;
     }
-    /* refresh_activity_s: seconds from 0 to a day (0: the activity is
-     * never renewed); -1 when absent. */
+    /* refresh_activity_s: seconds, 0 (the activity is never renewed) or
+     * from 1 to a day; -1 when absent. */
     c->refresh_s = -1;
     if (cl_seconds_option(cfg, "refresh_activity_s", 1, DT_MAX_REFRESH_S, &c->refresh_s,
                           error) < 0)
