@@ -74,10 +74,13 @@ cp_iso(int64_t us, char *buf, size_t cap)
     time_t s = (time_t)(us >= 0 ? us / 1000000 : (us - 999999) / 1000000);
     int frac = (int)(us - (int64_t)s * 1000000);
     struct tm tm;
-    char base[32];
+    char base[80];
 
     gmtime_r(&s, &tm);
-    strftime(base, sizeof base, "%Y-%m-%dT%H:%M:%S", &tm);
+    /* Four digits of year always (strftime's %Y gives "385" for 385):
+     * ISO 8601, as Python's isoformat writes it. */
+    snprintf(base, sizeof base, "%04d-%02d-%02dT%02d:%02d:%02d", tm.tm_year + 1900,
+             tm.tm_mon + 1, tm.tm_mday, tm.tm_hour, tm.tm_min, tm.tm_sec);
     if (frac)
         snprintf(buf, cap, "%s.%06d+00:00", base, frac);
     else
@@ -196,6 +199,10 @@ cp_parse_iso(const char *text, int64_t *us)
         if (*p == ':')
             p++;
         if (digits(&p, 2, &tm_))
+            return -1;
+        /* pydantic (speedate) takes offsets under 24 hours only: +24:00 or
+         * +23:60 is "unexpected extra characters at the end of the input". */
+        if (th > 23 || tm_ > 59)
             return -1;
         tz = sign * (th * 60 + tm_);
         have_tz = 1;
@@ -639,7 +646,12 @@ cp_unix_time(double v, int64_t *us, const char **why)
             *why = "year 0 is out of range";
             return -1;
         }
-        v /= 1000;
+        /* In whole milliseconds first: v / 1000 as a double would lose
+         * the last microseconds (253402300799999 gave ...59.998993). */
+        whole = (double)(int64_t)v;   /* exact: |v| < 2^53 here */
+        frac = (v - whole) * 1e3;
+        *us = (int64_t)whole * 1000 + (int64_t)(frac >= 0 ? frac + 0.5 : frac - 0.5);
+        return 0;
     }
     whole = (double)(int64_t)v;   /* |v| <= 2.6e11 here: toward zero */
     frac = (v - whole) * 1e6;

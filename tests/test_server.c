@@ -839,6 +839,12 @@ Test(server, datetimes_take_unix_time_as_pydantic_does)
         { "\"+4102444800\"", "2100-01-01T00:00:00+00:00" },
         { "\".5\"", "1970-01-01T00:00:00.500000+00:00" },
         { "\"1.5e3\"", "1970-01-01T00:25:00+00:00" },
+        /* Whole milliseconds exact to the microsecond, as pydantic gives. */
+        { "253402300799999", "9999-12-31T23:59:59.999000+00:00" },
+        { "253402300799001", "9999-12-31T23:59:59.001000+00:00" },
+        /* Years before 1000 with four digits, as isoformat writes them. */
+        { "\"0385-07-25T00:00:00Z\"", "0385-07-25T00:00:00+00:00" },
+        { "-50000000000000", "0385-07-25T07:06:40+00:00" },
     };
     static const char *const refused[][2] = {
         { "253402300800000",
@@ -873,6 +879,16 @@ Test(server, datetimes_take_unix_time_as_pydantic_does)
           "\"Input should be a valid datetime or date, invalid date separator, expected `-`\","
           "\"input\":\"99999999999999999999\",\"ctx\":{\"error\":\"invalid date separator, "
           "expected `-`\"}}" },
+        { "\"2030-01-01T00:00:00+24:00\"",
+          "{\"type\":\"datetime_from_date_parsing\",\"loc\":[\"body\",\"expires_at\"],\"msg\":"
+          "\"Input should be a valid datetime or date, unexpected extra characters at the end of "
+          "the input\",\"input\":\"2030-01-01T00:00:00+24:00\",\"ctx\":{\"error\":\"unexpected "
+          "extra characters at the end of the input\"}}" },
+        { "\"2030-01-01T00:00:00-23:60\"",
+          "{\"type\":\"datetime_from_date_parsing\",\"loc\":[\"body\",\"expires_at\"],\"msg\":"
+          "\"Input should be a valid datetime or date, unexpected extra characters at the end of "
+          "the input\",\"input\":\"2030-01-01T00:00:00-23:60\",\"ctx\":{\"error\":\"unexpected "
+          "extra characters at the end of the input\"}}" },
         { "\"4102444800 \"",
           "{\"type\":\"datetime_from_date_parsing\",\"loc\":[\"body\",\"expires_at\"],\"msg\":"
           "\"Input should be a valid datetime or date, invalid date separator, expected `-`\","
