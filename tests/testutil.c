@@ -1405,6 +1405,9 @@ void tu_debug_log_start(tu_debug_log *l)
     snprintf(l->path, sizeof l->path, "/tmp/sbx-debug-log-XXXXXX");
     l->fd = mkstemp(l->path);
     cr_assert_geq(l->fd, 0, "mkstemp: %s", strerror(errno));
+    /* Read through the descriptor only: gone from /tmp at once, so a test
+     * that fails before tu_debug_log_stop() leaves nothing behind. */
+    unlink(l->path);
     fflush(stderr);
     l->saved = dup(2);
     cr_assert_geq(l->saved, 0);
@@ -1435,7 +1438,6 @@ char *tu_debug_log_stop(tu_debug_log *l)
     }
     buf[n] = '\0';
     close(l->fd);
-    unlink(l->path);
     return buf;
 }
 

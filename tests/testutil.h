@@ -349,15 +349,15 @@ void tu_assert_output_is_live(sbx_sandbox *sb, const char *marker_on_host,
  * ---------------------------------------------------------------------- */
 
 typedef struct tu_debug_log {
-    char path[64];      /* the temporary file stderr goes to */
-    int fd;             /* it, open */
+    char path[64];      /* the temporary file stderr goes to (unlinked at once) */
+    int fd;             /* it, open: the only way to it */
     int saved;          /* the stderr before */
 } tu_debug_log;
 
 /* Sets SBX_DEBUG=1 and sends stderr to a new temporary file. Call before
  * the client is made (it reads SBX_DEBUG). */
 void tu_debug_log_start(tu_debug_log *l);
-/* Puts stderr back, unsets SBX_DEBUG and removes the file: what was
+/* Puts stderr back, unsets SBX_DEBUG and closes the file: what was
  * written there (a new string). */
 char *tu_debug_log_stop(tu_debug_log *l);
 /* The slots the plugin host was called with since byte *@from of the
