@@ -1231,9 +1231,15 @@ Test(server, create_validation)
         for (size_t i = 0; i < sizeof huge / sizeof huge[0]; i++) {
             char *b = tu_strdup_printf("{\"backend\":\"local\",\"timeout_secs\":%s}", huge[i]);
             const char *m, *want = "Input should be less than or equal to ";
-            long long n, t0 = (long long)time(NULL), t1;
+            /* The server's clock (CLOCK_REALTIME), not time(), which reads
+             * the coarse clock and may lag a second boundary by a tick. */
+            struct timespec ts;
+            long long n, t0, t1;
+            clock_gettime(CLOCK_REALTIME, &ts);
+            t0 = (long long)ts.tv_sec;
             r = req_s(422, "POST", "/v1/sandboxes", key, NULL, b);
-            t1 = (long long)time(NULL);
+            clock_gettime(CLOCK_REALTIME, &ts);
+            t1 = (long long)ts.tv_sec;
             cr_assert_str_eq(cpu_jstr(r, "detail.0.type"), "less_than_equal");
             cr_assert_str_eq(cpu_jstr(r, "detail.0.loc.1"), "timeout_secs");
             m = cpu_jstr(r, "detail.0.msg");
