@@ -338,17 +338,28 @@ reply_too_long(cp_response *res, const char *where, const char *field, const cha
     free(m);
 }
 
+/* pydantic's refusal of a datetime for reason @why (its ctx "error"): as
+ * the date parser's (datetime_from_date_parsing, "a valid datetime or
+ * date") with @or_date, else datetime_parsing. Takes @input. */
+static void
+reply_datetime_error(cp_response *res, const char *where, const char *field, int or_date,
+                     const char *why, json_object *input)
+{
+    char *m = cp_printf(or_date ? "Input should be a valid datetime or date, %s"
+                                : "Input should be a valid datetime, %s", why);
+    json_object *ctx = json_object_new_object();
+
+    json_object_object_add(ctx, "error", json_object_new_string(why));
+    reply_validation_ctx(res, or_date ? "datetime_from_date_parsing" : "datetime_parsing", where,
+                         field, m, input, ctx);
+    free(m);
+}
+
 void
 reply_datetime_parsing(cp_response *res, const char *where, const char *field, const char *text,
                        json_object *input)
 {
-    const char *why = cp_iso_error(text);
-    char *m = cp_printf("Input should be a valid datetime or date, %s", why);
-    json_object *ctx = json_object_new_object();
-
-    json_object_object_add(ctx, "error", json_object_new_string(why));
-    reply_validation_ctx(res, "datetime_from_date_parsing", where, field, m, input, ctx);
-    free(m);
+    reply_datetime_error(res, where, field, 1, cp_iso_error(text), input);
 }
 
 int
@@ -364,17 +375,10 @@ parse_datetime_value(cp_response *res, const char *where, const char *field, jso
         if (cp_number_text(text, &n)) {
             /* The parser's range errors are the date parser's; year 0 is
              * refused after it, as a number's is. */
-            int late;
             if (cp_unix_time(n, us, &why) == 0)
                 return 0;
-            late = !strcmp(why, "year 0 is out of range");
-            char *m = cp_printf(late ? "Input should be a valid datetime, %s"
-                                     : "Input should be a valid datetime or date, %s", why);
-            json_object *ctx = json_object_new_object();
-            json_object_object_add(ctx, "error", json_object_new_string(why));
-            reply_validation_ctx(res, late ? "datetime_parsing" : "datetime_from_date_parsing",
-                                 where, field, m, json_object_get(v), ctx);
-            free(m);
+            reply_datetime_error(res, where, field, strcmp(why, "year 0 is out of range") != 0,
+                                 why, json_object_get(v));
             return -1;
         }
         rc = cp_parse_iso(text, us);
@@ -394,11 +398,7 @@ parse_datetime_value(cp_response *res, const char *where, const char *field, jso
                                                   : json_object_get_double(v);
         if (cp_unix_time(n, us, &why) == 0)
             return 0;
-        char *m = cp_printf("Input should be a valid datetime, %s", why);
-        json_object *ctx = json_object_new_object();
-        json_object_object_add(ctx, "error", json_object_new_string(why));
-        reply_validation_ctx(res, "datetime_parsing", where, field, m, json_object_get(v), ctx);
-        free(m);
+        reply_datetime_error(res, where, field, 0, why, json_object_get(v));
         return -1;
     }
     reply_validation(res, "datetime_type", where, field, "Input should be a valid datetime",

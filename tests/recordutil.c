@@ -9,6 +9,7 @@
 #include <criterion/criterion.h>
 
 #include <stdlib.h>
+#include <string.h>
 #include <sys/stat.h>
 
 #include <sqlite3.h>
@@ -40,21 +41,47 @@ void tu_dirs_free(tu_dirs *d)
     d->top = d->tmp = d->state = NULL;
 }
 
-long long tu_record_int(const char *state_dir, const char *sql)
+/* Opens @state_dir's record read-only and steps @sql to its first row,
+ * asserting each step; *@db and the statement returned are the caller's
+ * (record_row_end()). */
+static sqlite3_stmt *record_row(const char *state_dir, const char *sql, sqlite3 **db)
 {
     char *path = tu_strdup_printf("%s/lifecycle.db", state_dir);
-    sqlite3 *db = NULL;
     sqlite3_stmt *st = NULL;
-    cr_assert_eq(sqlite3_open_v2(path, &db, SQLITE_OPEN_READONLY, NULL), SQLITE_OK, "%s", path);
-    sqlite3_busy_timeout(db, 10000);
-    cr_assert_eq(sqlite3_prepare_v2(db, sql, -1, &st, NULL), SQLITE_OK, "%s: %s", sql,
-                 sqlite3_errmsg(db));
+    *db = NULL;
+    cr_assert_eq(sqlite3_open_v2(path, db, SQLITE_OPEN_READONLY, NULL), SQLITE_OK, "%s", path);
+    sqlite3_busy_timeout(*db, 10000);
+    cr_assert_eq(sqlite3_prepare_v2(*db, sql, -1, &st, NULL), SQLITE_OK, "%s: %s", sql,
+                 sqlite3_errmsg(*db));
     cr_assert_eq(sqlite3_step(st), SQLITE_ROW, "%s", sql);
-    long long v = sqlite3_column_int64(st, 0);
+    free(path);
+    return st;
+}
+
+static void record_row_end(sqlite3 *db, sqlite3_stmt *st)
+{
     sqlite3_finalize(st);
     sqlite3_close(db);
-    free(path);
+}
+
+long long tu_record_int(const char *state_dir, const char *sql)
+{
+    sqlite3 *db;
+    sqlite3_stmt *st = record_row(state_dir, sql, &db);
+    long long v = sqlite3_column_int64(st, 0);
+    record_row_end(db, st);
     return v;
+}
+
+char *tu_record_text(const char *state_dir, const char *sql)
+{
+    sqlite3 *db;
+    sqlite3_stmt *st = record_row(state_dir, sql, &db);
+    const char *v = (const char *)sqlite3_column_text(st, 0);
+    char *out = strdup(v ? v : "");
+    cr_assert_not_null(out);
+    record_row_end(db, st);
+    return out;
 }
 
 long long tu_record_rows_for(const char *state_dir, const char *id)

@@ -27,6 +27,9 @@ void tu_dirs_free(tu_dirs *d);
 /* Runs @sql, a query of one integer, against the record in @state_dir;
  * returns its value. */
 long long tu_record_int(const char *state_dir, const char *sql);
+/* The first column of @sql's first row, as text, against the record in
+ * @state_dir: a new string ("" for NULL); asserts there is a row. */
+char *tu_record_text(const char *state_dir, const char *sql);
 /* Rows of the record in @state_dir for provider id @id. */
 long long tu_record_rows_for(const char *state_dir, const char *id);
 

@@ -1103,6 +1103,11 @@ Test(fake, pull_path_a_local_image_is_not_pulled)
 
 /* ================================================================ CASE-28 */
 
+/* A pull's answer as the Engine starts it: the head, then its first line. */
+static const char pull_head[] = "HTTP/1.1 200 OK\r\nApi-Version: 1.41\r\n"
+                                "Content-Type: application/json\r\nConnection: close\r\n\r\n";
+static const char pull_first[] = "{\"status\":\"Pulling from library/alpine\",\"id\":\"3.20\"}\r\n";
+
 static void case28_fn(fake *f, int fd, const char *method, const char *path, const char *body)
 {
     if (strcmp(path, "/_ping") == 0) {
@@ -1111,14 +1116,11 @@ static void case28_fn(fake *f, int fd, const char *method, const char *path, con
         reply(fd, 404, "{\"message\":\"No such image: alpine:3.20\"}");
     } else if (strcmp(method, "POST") == 0
                && strcmp(path, "/v1.41/images/create?fromImage=alpine&tag=3.20") == 0) {
-        static const char head[] = "HTTP/1.1 200 OK\r\nApi-Version: 1.41\r\n"
-                                   "Content-Type: application/json\r\nConnection: close\r\n\r\n";
-        static const char l1[] = "{\"status\":\"Pulling from library/alpine\",\"id\":\"3.20\"}\r\n";
         static const char l2[] = "{\"errorDetail\":{\"message\":\"toomanyrequests: pull rate "
                                  "limit reached\"},\"error\":\"toomanyrequests: pull rate limit "
                                  "reached\"}\r\n";
-        send_all(fd, head, sizeof head - 1);
-        send_all(fd, l1, sizeof l1 - 1);
+        send_all(fd, pull_head, sizeof pull_head - 1);
+        send_all(fd, pull_first, sizeof pull_first - 1);
         if (f->variant == 2) {
             /* Two TCP writes, split inside "toomanyrequests". */
             const char *cut = strstr(l2, "manyreq");
@@ -1183,13 +1185,10 @@ static void slow_pull_fn(fake *f, int fd, const char *method, const char *path, 
         reply(fd, 404, "{\"message\":\"No such image: alpine:3.20\"}");
     } else if (strcmp(method, "POST") == 0
                && strcmp(path, "/v1.41/images/create?fromImage=alpine&tag=3.20") == 0) {
-        static const char head[] = "HTTP/1.1 200 OK\r\nApi-Version: 1.41\r\n"
-                                   "Content-Type: application/json\r\nConnection: close\r\n\r\n";
-        static const char l1[] = "{\"status\":\"Pulling from library/alpine\",\"id\":\"3.20\"}\r\n";
         static const char l2[] = "{\"status\":\"Status: Downloaded newer image for "
                                  "alpine:3.20\"}\r\n";
-        send_all(fd, head, sizeof head - 1);
-        send_all(fd, l1, sizeof l1 - 1);
+        send_all(fd, pull_head, sizeof pull_head - 1);
+        send_all(fd, pull_first, sizeof pull_first - 1);
         usleep(2000000);
         __atomic_store_n(&g_slow_pulled, 1, __ATOMIC_SEQ_CST);
         send_all(fd, l2, sizeof l2 - 1);

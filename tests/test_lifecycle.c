@@ -236,27 +236,6 @@ Test(record, detach_is_recorded)
     sbx_client_free(c);
 }
 
-/* The result of @sql (one text value, NULL allowed) against this test's
- * record, as a new string ("" for NULL). */
-static char *record_text(const char *sql)
-{
-    char *path = tu_strdup_printf("%s/lifecycle.db", g_dirs.state);
-    sqlite3 *db = NULL;
-    sqlite3_stmt *st = NULL;
-    cr_assert_eq(sqlite3_open_v2(path, &db, SQLITE_OPEN_READONLY, NULL), SQLITE_OK, "%s", path);
-    sqlite3_busy_timeout(db, 10000);
-    cr_assert_eq(sqlite3_prepare_v2(db, sql, -1, &st, NULL), SQLITE_OK, "%s: %s", sql,
-                 sqlite3_errmsg(db));
-    cr_assert_eq(sqlite3_step(st), SQLITE_ROW, "%s", sql);
-    const char *v = (const char *)sqlite3_column_text(st, 0);
-    char *out = strdup(v ? v : "");
-    cr_assert_not_null(out);
-    sqlite3_finalize(st);
-    sqlite3_close(db);
-    free(path);
-    return out;
-}
-
 /*
  * A create out of process crosses the plugin host once: the reply of its
  * one call carries the new sandbox's id, root and session state (wire 8),
@@ -304,12 +283,12 @@ Test(record, a_create_crosses_the_plugin_host_once_and_records_the_session_state
         const char *id = sbx_sandbox_get0_id(sb);
         char *sql = sqlite3_mprintf("SELECT session_state FROM sandboxes WHERE provider_id = %Q",
                                     id);
-        char *recorded = record_text(sql);
+        char *recorded = tu_record_text(g_dirs.state, sql);
         sqlite3_free(sql);
         sql = sqlite3_mprintf("SELECT group_concat(key, ',') FROM (SELECT key FROM sandboxes, "
                               "json_each(sandboxes.session_state) WHERE provider_id = %Q "
                               "ORDER BY key)", id);
-        char *keys = record_text(sql);
+        char *keys = tu_record_text(g_dirs.state, sql);
         sqlite3_free(sql);
         cr_assert_str_eq(keys, "backend,data,id,timeout_secs,version", "recorded: %s", recorded);
         free(keys);
@@ -317,7 +296,7 @@ Test(record, a_create_crosses_the_plugin_host_once_and_records_the_session_state
             sql = sqlite3_mprintf("SELECT group_concat(key, ',') FROM (SELECT key FROM "
                                   "sandboxes, json_each(sandboxes.session_state, '$.data') "
                                   "WHERE provider_id = %Q ORDER BY key)", id);
-            keys = record_text(sql);
+            keys = tu_record_text(g_dirs.state, sql);
             sqlite3_free(sql);
             cr_assert_str_eq(keys, data_keys, "recorded: %s", recorded);
             free(keys);
