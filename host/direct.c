@@ -20,9 +20,18 @@
  * DESTROYED, then the plugin host's destroy is sent without waiting for
  * its answer (sbx_proxy_destroy_unwaited), for what the plugin keeps of
  * the sandbox; out of process that took about 0.1 ms off a destroy
- * (bench/lifecycle). An endpoint that says "destroy": false (bubblewrap's,
- * whose plugin waits for the namespace's end and cleans up after it)
- * takes commands only: destroy goes through the plugin host.
+ * (bench/lifecycle). An endpoint that says "destroy": false (bubblewrap's
+ * in a caller's root_dir, whose plugin waits for the namespace's end and
+ * cleans up after it) takes commands only: destroy goes through the plugin
+ * host. An endpoint with "meta" (bubblewrap's with a root of its own,
+ * whose supervisor, pid 1 of the sandbox's namespaces, cannot rename the
+ * directory it is mounted from) has the destroyer rename that directory to
+ * its trash name (proto_trash_path) once DESTROYED came, holding an
+ * exclusive flock(2) on it from before DESTROY until then, as the plugin's
+ * destroy does; the sandbox's keeper outside the namespace removes the
+ * trash once the namespace ended (and the directory itself, should the
+ * destroyer die between the two). Out of process that takes the plugin
+ * host's wake-ups out of bubblewrap's destroy as of local's.
  *
  * The endpoint's "cwd" is the path commands start in as the process that
  * serves it sees it: the local supervisor's host path of the root; inside
@@ -49,6 +58,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/file.h>
 #include <sys/socket.h>
 #include <sys/un.h>
 #include <time.h>
@@ -82,6 +92,8 @@ struct sbx_direct_ep {
     double lifetime;            /* seconds, for messages */
     int destroy;                /* DESTROY may go there ("destroy", default
                                  * true); else the plugin host destroys */
+    char *meta;                 /* the directory to rename to its trash name
+                                 * after DESTROYED ("meta"); NULL: none */
 };
 
 /* A command started here. */
@@ -108,6 +120,7 @@ sbx_direct_ep_free(sbx_direct_ep *ep)
     free(ep->sock);
     free(ep->cwd);
     free(ep->sandbox_id);
+    free(ep->meta);
     free(ep);
 }
 
@@ -170,6 +183,8 @@ sbx_direct_from_state(sbx_sandbox *sandbox, json_object *doc, int check_start)
         d->lifetime = json_object_get_double(v);
     d->destroy = !json_object_object_get_ex(ep, "destroy", &v)
                  || (json_object_is_type(v, json_type_boolean) && json_object_get_boolean(v));
+    if (d->destroy && (cwd = member_path(ep, "meta")) && !(d->meta = strdup(cwd)))
+        d->destroy = 0;
     if (!d->sock || !d->cwd || !d->sandbox_id) {
         sbx_direct_ep_free(d);
         return;
@@ -415,10 +430,22 @@ sbx_direct_destroy(sbx_sandbox *sandbox, const sbx_call_ctx *ctx, sbx_error **er
     unsigned char hdr[PROTO_HEADER_SIZE], *payload = NULL;
     uint32_t type = 0, len = 0;
     proto_buf b;
-    int fd = -1, r;
+    int fd = -1, r, meta_lock = -1;
 
     if (!ep || !ep->destroy)
         return 0;
+    if (ep->meta) {
+        /* Held until the directory has its trash name: should this process
+         * die before, the keeper, which takes this lock once the sandbox
+         * ended, removes the directory as it is. Taken by another (a
+         * destroy in the plugin host): that one goes on alone. */
+        meta_lock = open(ep->meta, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+        if (meta_lock < 0 || flock(meta_lock, LOCK_EX | LOCK_NB) < 0) {
+            if (meta_lock >= 0)
+                close(meta_lock);
+            return 0;
+        }
+    }
     proto_buf_init(&b, PROTO_DESTROY);
     if (b.failed || connect_ep(ep, until_of(ctx, DIRECT_SEND_SECS), &fd) < 0
         || send_frame(fd, &b, NULL, 0, until_of(ctx, DIRECT_SEND_SECS)) != IO_OK) {
@@ -426,6 +453,8 @@ sbx_direct_destroy(sbx_sandbox *sandbox, const sbx_call_ctx *ctx, sbx_error **er
         proto_buf_free(&b);
         if (fd >= 0)
             close(fd);
+        if (meta_lock >= 0)
+            close(meta_lock);
         return 0;
     }
     proto_buf_free(&b);
@@ -440,6 +469,19 @@ sbx_direct_destroy(sbx_sandbox *sandbox, const sbx_call_ctx *ctx, sbx_error **er
         r = recv_exact(fd, payload, len, sbx_monotonic_now() + DIRECT_FRAME_SECS);
     free(payload);
     close(fd);
+    if (r == IO_OK && type == PROTO_DESTROYED && ep->meta) {
+        /* Every process of the sandbox but its init has ended; the init
+         * ends next, and the namespace with it. Renamed, the directory is
+         * the keeper's; not renamed, the plugin host's destroy removes it
+         * (it finds the supervisor gone). */
+        char *trash = proto_trash_path(ep->meta);
+
+        if (trash)
+            renameat2(AT_FDCWD, ep->meta, AT_FDCWD, trash, RENAME_NOREPLACE);
+        free(trash);
+    }
+    if (meta_lock >= 0)
+        close(meta_lock);
     if (r == IO_OK && type == PROTO_DESTROYED)
         return 1;
     if (r == IO_CANCEL || (r == IO_TIMEOUT && ctx && ctx->deadline > 0

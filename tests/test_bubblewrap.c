@@ -761,7 +761,11 @@ static void runs_without_the_host(sbx_sandbox *sb, const tu_debug_log *l, off_t 
     cr_assert_not_null(ep, "no exec_endpoint");
     cr_assert_str_eq(ep_str(ep, "protocol"), "sbx-local");
     cr_assert_str_eq(ep_str(ep, "cwd"), cwd);
-    cr_assert_str_eq(ep_str(ep, "destroy"), "false");
+    /* Its own root: destroy goes there too, the caller renaming META. */
+    cr_assert_str_eq(ep_str(ep, "destroy"), "");
+    char *meta = tu_strdup_printf("%s/%s", g_tmp, sbx_sandbox_get0_id(sb));
+    cr_assert_str_eq(ep_str(ep, "meta"), meta);
+    free(meta);
     char *pid = tu_strdup_printf("%lld", (long long)sup);
     cr_assert_str_eq(ep_str(ep, "pid"), pid);
     free(pid);
@@ -824,13 +828,100 @@ static void runs_without_the_host(sbx_sandbox *sb, const tu_debug_log *l, off_t 
     free(calls);
 }
 
+static int cmp_str(const void *a, const void *b)
+{
+    return strcmp(*(char *const *)a, *(char *const *)b);
+}
+
+/* The comma-separated @list with its items in strcmp order (malloc'd). */
+static char *sorted_list(const char *list)
+{
+    char *copy = strdup(list), *items[64], *save = NULL;
+    size_t n = 0;
+    cr_assert_not_null(copy);
+    for (char *t = strtok_r(copy, ",", &save); t && n < 64; t = strtok_r(NULL, ",", &save))
+        items[n++] = t;
+    qsort(items, n, sizeof(items[0]), cmp_str);
+    char *out = calloc(1, strlen(list) + 1);
+    cr_assert_not_null(out);
+    for (size_t i = 0; i < n; i++) {
+        if (i)
+            strcat(out, ",");
+        strcat(out, items[i]);
+    }
+    free(copy);
+    return out;
+}
+
+/* 1 when the captured debug log @l holds @needle. */
+static int log_has(const tu_debug_log *l, const char *needle)
+{
+    struct stat st;
+    cr_assert_eq(fstat(l->fd, &st), 0);
+    char *buf = malloc((size_t)st.st_size + 1);
+    cr_assert_not_null(buf);
+    cr_assert_eq(pread(l->fd, buf, (size_t)st.st_size, 0), (ssize_t)st.st_size);
+    buf[st.st_size] = '\0';
+    int has = strstr(buf, needle) != NULL;
+    free(buf);
+    return has;
+}
+
+/*
+ * Destroys @sb (out of process, its own root) through its exec endpoint:
+ * the library's debug line says so, META (the endpoint's "meta") has its
+ * trash name or is gone once destroy returns, and the plugin host's
+ * destroy, sent without waiting for its answer, comes before the next
+ * call (a probe) or soon after it: the host's calls from *@from are
+ * @want (in strcmp order: the host serves calls concurrently); the keeper
+ * removes the trash.
+ */
+static void destroy_at_the_endpoint(sbx_client *c, sbx_sandbox *sb, const tu_debug_log *l,
+                                    off_t *from, const char *want)
+{
+    sbx_error *err = NULL;
+    char *meta = tu_strdup_printf("%s/%s", g_tmp, sbx_sandbox_get0_id(sb));
+    char *line = tu_strdup_printf("destroyed %s (through its exec endpoint)",
+                                  sbx_sandbox_get0_id(sb));
+    cr_assert(tu_exists(meta), "no %s before destroy", meta);
+    cr_assert_eq(sbx_sandbox_destroy(sb, &err), 0, "%s", err ? sbx_error_get0_message(err) : "");
+    cr_assert(!tu_exists(meta), "%s is there after destroy", meta);
+    cr_assert(log_has(l, line), "no \"%s\" in the debug log", line);
+    uint64_t caps = 0;
+    cr_assert_eq(sbx_client_probe(c, &caps, NULL), 0);
+    /* The host serves each call on a thread of its own: the unwaited
+     * destroy may log after the probe. */
+    char *calls = tu_host_calls_since(l, from);
+    for (int i = 0; i < 100 && !strstr(calls, "destroy"); i++) {
+        usleep(50 * 1000);
+        char *more = tu_host_calls_since(l, from);
+        char *both = tu_strdup_printf("%s%s%s", calls, calls[0] && more[0] ? "," : "", more);
+        free(calls);
+        free(more);
+        calls = both;
+    }
+    char *sorted = sorted_list(calls);
+    cr_assert_str_eq(sorted, want, "the plugin host's calls: %s", calls);
+    free(sorted);
+    free(calls);
+    char *trash = tu_strdup_printf("%s/.sbx-trash-%s", g_tmp, sbx_sandbox_get0_id(sb));
+    for (int i = 0; i < 100 && tu_exists(trash); i++)
+        usleep(50 * 1000);
+    cr_assert(!tu_exists(trash), "the keeper left %s", trash);
+    free(trash);
+    free(line);
+    free(meta);
+}
+
 /*
  * Out of process, a command that runs to its end goes straight to the
  * sandbox's supervisor, its init (its session state's exec_endpoint), on a
  * sandbox started cold with a workdir and an environment and on a plain
- * one that took the warm sandbox; destroy still goes by the plugin, which
- * waits for the namespace's end. A sandbox with a memory limit names no
- * endpoint (memory_limit_kills_with_137).
+ * one that took the warm sandbox; so does destroy, the caller renaming
+ * the sandbox's directory for the keeper to remove once the namespace
+ * ended. A sandbox with a memory limit names no endpoint
+ * (memory_limit_kills_with_137); one in a caller's root_dir takes no
+ * DESTROY there (root_dir_is_a_host_directory_and_refuses_system_ones).
  */
 Test(bubblewrap, a_command_to_its_end_does_not_cross_the_plugin_host)
 {
@@ -868,10 +959,7 @@ Test(bubblewrap, a_command_to_its_end_does_not_cross_the_plugin_host)
     char *calls = tu_host_calls_since(&l, &from);
     cr_assert_str_eq(calls, "is_alive", "a command that cannot start: %s", calls);
     free(calls);
-    cr_assert_eq(sbx_sandbox_destroy(sb, &err), 0, "%s", err ? sbx_error_get0_message(err) : "");
-    calls = tu_host_calls_since(&l, &from);
-    cr_assert_str_eq(calls, "destroy");
-    free(calls);
+    destroy_at_the_endpoint(c, sb, &l, &from, "destroy,probe");
     sbx_sandbox_free(sb);
 
     /* Plain: the first starts cold, the next takes the warm one. */
@@ -894,8 +982,8 @@ Test(bubblewrap, a_command_to_its_end_does_not_cross_the_plugin_host)
     calls = tu_host_calls_since(&l, &from);
     cr_assert_str_eq(calls, "", "a resumed sandbox's command: %s", calls);
     free(calls);
-    sbx_sandbox_free(again);
-    cr_assert_eq(sbx_sandbox_destroy(sb, &err), 0, "%s", err ? sbx_error_get0_message(err) : "");
+    sbx_sandbox_free(again);     /* a call with no answer */
+    destroy_at_the_endpoint(c, sb, &l, &from, "destroy,probe,sandbox_free");
     sbx_sandbox_free(sb);
     sbx_client_free(c);
     free(tu_debug_log_stop(&l));
@@ -1313,6 +1401,14 @@ Test(bubblewrap, root_dir_is_a_host_directory_and_refuses_system_ones)
     free(bo);
     g_sb = tu_create(g_client, o);
     sbx_options_free(o);
+    /* Its destroy goes by the plugin, which waits for the namespace's end
+     * to remove the mount points bwrap made in the caller's directory. */
+    int64_t sup = 0;
+    json_object *ep = exec_endpoint_of(g_sb, &sup);
+    cr_assert_not_null(ep, "no exec_endpoint");
+    cr_assert_str_eq(ep_str(ep, "destroy"), "false");
+    cr_assert_str_eq(ep_str(ep, "meta"), "");
+    json_object_put(ep);
     expect(g_sb, "pwd; echo hi > x; cat /etc/os-release >/dev/null && echo os", 0,
            "/w\nos\n");
     char *x = tu_strdup_printf("%s/w/x", rd);

@@ -3625,9 +3625,6 @@ static int local_destroy(sbx_plugin_sandbox *sandbox, const sbx_call_ctx *ctx,
     /* Ended on its own or at a DESTROY of another process: the supervisor
      * or its keeper removed the tmp directory in the caller's workdir,
      * which a new sandbox of that workdir may have made again since. */
-#ifdef SBX_LOCAL_BUBBLEWRAP
-    ending = 0;     /* bubblewrap's exec endpoint takes no DESTROY: removed here */
-#endif
     if (!ending && remove_dirs(sb, op, error) < 0) {
         rc = -1;
         goto out;
@@ -3798,9 +3795,13 @@ static char *local_session_state(sbx_plugin_sandbox *sandbox, const sbx_call_ctx
      * create), and its commands start in the workdir inside (resolve_cwd).
      * Only a sandbox with no cgroup names one: with a memory limit the
      * plugin's exec_end_info reports the OOM kills its cgroup counts,
-     * which a command sent there would lose. Its destroy goes by the
-     * plugin ("destroy": false), which waits for the namespace's end
-     * where it must and removes its mounts' leftovers (local_destroy). */
+     * which a command sent there would lose. A sandbox with its own root
+     * takes DESTROY there too ("meta": the caller renames that directory
+     * to its trash name after DESTROYED, under its flock, as
+     * local_destroy does, and the launcher's keeper removes it once the
+     * namespace ended); one in a caller's root_dir is destroyed by the
+     * plugin ("destroy": false), which waits for the namespace's end and
+     * removes its mounts' leftovers there (local_destroy). */
 #ifdef SBX_LOCAL_BUBBLEWRAP
     int publish = !sb->unresponsive && sb->sup_pid > 1 && !bwrap_cgroups_exist(sb->id);
 #else
@@ -3823,7 +3824,9 @@ static char *local_session_state(sbx_plugin_sandbox *sandbox, const sbx_call_ctx
         || json_object_object_add(ep, "lifetime", json_object_new_double(sb->lifetime)) < 0))
         goto nomem;
 #ifdef SBX_LOCAL_BUBBLEWRAP
-    if (ep && json_object_object_add(ep, "destroy", json_object_new_boolean(0)) < 0)
+    if (ep && (sb->owns_root && sb->meta
+               ? json_object_object_add(ep, "meta", json_object_new_string(sb->meta)) < 0
+               : json_object_object_add(ep, "destroy", json_object_new_boolean(0)) < 0))
         goto nomem;
 #endif
 #endif
