@@ -18,6 +18,11 @@
  *   owners(create_token, pid, start_ticks, boot_id)   one row per owner
  *   meta(key PRIMARY KEY, value)                      store_id
  *
+ * sandboxes and owners are WITHOUT ROWID tables (since this file made
+ * them so; a store made before keeps its rowid tables, which the same
+ * statements read and write): each is its primary key's b-tree, so a
+ * create's first transaction writes three pages (the row, its by-id index
+ * entry, the owner) where it wrote five, and destroy's as many.
  * A row is written before the provider is asked to create (token, backend,
  * expiry, the creating process as owner), completed with the provider's id
  * and the session state once the sandbox exists, and removed at destroy.
@@ -67,14 +72,14 @@ static const char schema[] =
     "  session_state TEXT NOT NULL DEFAULT '',"
     "  created_at REAL NOT NULL,"
     "  expires_at REAL NOT NULL,"
-    "  detached INTEGER NOT NULL DEFAULT 0);"
+    "  detached INTEGER NOT NULL DEFAULT 0) WITHOUT ROWID;"
     "CREATE INDEX IF NOT EXISTS sandboxes_by_id ON sandboxes(backend, provider_id);"
     "CREATE TABLE IF NOT EXISTS owners ("
     "  create_token TEXT NOT NULL REFERENCES sandboxes(create_token) ON DELETE CASCADE,"
     "  pid INTEGER NOT NULL,"
     "  start_ticks INTEGER NOT NULL,"
     "  boot_id TEXT NOT NULL,"
-    "  PRIMARY KEY (create_token, pid, start_ticks));";
+    "  PRIMARY KEY (create_token, pid, start_ticks)) WITHOUT ROWID;";
 
 /*
  * The statements of the calls every sandbox makes (create: begin, owner,

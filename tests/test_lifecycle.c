@@ -143,9 +143,60 @@ Test(record, row_written_at_create_and_removed_at_destroy)
     cr_assert_eq(st.st_mode & 07777, 0600);
     free(db);
 
+    /* Each table is its primary key's b-tree (three pages a create). */
+    cr_assert_eq(record_int("SELECT count(*) FROM sqlite_master WHERE type = 'table' AND "
+                            "name IN ('sandboxes', 'owners') AND sql LIKE '%WITHOUT ROWID'"), 2);
+
     cr_assert_eq(sbx_sandbox_destroy(sb, &err), 0);
     cr_assert_eq(rows_for(id), 0);
     cr_assert_eq(record_int("SELECT count(*) FROM owners"), 0);
+    sbx_sandbox_free(sb);
+    sbx_client_free(c);
+}
+
+/* A record made before its tables were WITHOUT ROWID (rowid tables, the
+ * same columns) is used as it is: a create writes its row and owner, a
+ * destroy removes them, and the tables stay as they were made. */
+Test(record, a_store_with_rowid_tables_is_used_as_made)
+{
+    static const char old_schema[] =
+        "CREATE TABLE meta (key TEXT PRIMARY KEY, value TEXT NOT NULL);"
+        "CREATE TABLE sandboxes (create_token TEXT PRIMARY KEY, backend TEXT NOT NULL,"
+        "  provider_id TEXT NOT NULL DEFAULT '', session_state TEXT NOT NULL DEFAULT '',"
+        "  created_at REAL NOT NULL, expires_at REAL NOT NULL,"
+        "  detached INTEGER NOT NULL DEFAULT 0);"
+        "CREATE INDEX sandboxes_by_id ON sandboxes(backend, provider_id);"
+        "CREATE TABLE owners (create_token TEXT NOT NULL REFERENCES "
+        "  sandboxes(create_token) ON DELETE CASCADE, pid INTEGER NOT NULL,"
+        "  start_ticks INTEGER NOT NULL, boot_id TEXT NOT NULL,"
+        "  PRIMARY KEY (create_token, pid, start_ticks));";
+    cr_assert_eq(mkdir(g_dirs.state, 0700), 0);
+    char *path = tu_strdup_printf("%s/lifecycle.db", g_dirs.state);
+    sqlite3 *db = NULL;
+    cr_assert_eq(sqlite3_open(path, &db), SQLITE_OK);
+    cr_assert_eq(sqlite3_exec(db, old_schema, NULL, NULL, NULL), SQLITE_OK,
+                 "%s", sqlite3_errmsg(db));
+    sqlite3_close(db);
+    cr_assert_eq(chmod(path, 0600), 0);
+    free(path);
+
+    sbx_error *err = NULL;
+    sbx_client *c = sbx_client_new(tu_backend(), &err);
+    cr_assert_not_null(c, "%s", err ? sbx_error_get0_message(err) : "");
+    sbx_sandbox *sb = tu_create(c, NULL);
+    const char *id = sbx_sandbox_get0_id(sb);
+    cr_assert_eq(rows_for(id), 1);
+    char *sql = sqlite3_mprintf("SELECT count(*) FROM owners JOIN sandboxes USING (create_token) "
+                                "WHERE provider_id = %Q AND pid = %d", id, (int)getpid());
+    cr_assert_eq(record_int(sql), 1, "this process is not the owner");
+    sqlite3_free(sql);
+    cr_assert_eq(sbx_sandbox_destroy(sb, &err), 0, "%s", err ? sbx_error_get0_message(err) : "");
+    cr_assert_eq(rows_for(id), 0);
+    cr_assert_eq(record_int("SELECT count(*) FROM owners"), 0);
+    cr_assert_eq(record_int("SELECT count(*) FROM sqlite_master WHERE type = 'table' AND "
+                            "name IN ('sandboxes', 'owners') AND sql LIKE '%WITHOUT ROWID%'"), 0);
+    cr_assert_eq(record_int("SELECT count(*) FROM meta WHERE key = 'store_id' AND "
+                            "length(value) = 8"), 1);
     sbx_sandbox_free(sb);
     sbx_client_free(c);
 }
