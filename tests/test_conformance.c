@@ -16,6 +16,7 @@
 
 #include <dirent.h>
 #include <errno.h>
+#include <fcntl.h>
 #include <limits.h>
 #include <locale.h>
 #include <pthread.h>
@@ -316,6 +317,11 @@ static void nothing_left_behind_bubblewrap(void)
     ssize_t l = readlink(link, ns, sizeof ns - 1);
     cr_assert(l > 0);
     ns[l] = '\0';
+    /* Held open, the namespace keeps its inode number (ended, its
+     * number would go to the next one made: the client's next warm
+     * sandbox, made as soon as this one is destroyed). */
+    int nsfd = open(link, O_RDONLY | O_CLOEXEC);
+    cr_assert(nsfd >= 0, "open %s: %s", link, strerror(errno));
     pid_t before[64];
     size_t nbefore = procs_in_pidns(ns, before, 64);
     /* The supervisor, its idle reaper, the three sleeps. */
@@ -333,6 +339,7 @@ static void nothing_left_behind_bubblewrap(void)
                   tu_proc_describe(before[i]));
     pid_t after[8];
     cr_assert_eq(procs_in_pidns(ns, after, 8), 0, "a process of the sandbox survived");
+    close(nsfd);
     cr_assert_eq(sbx_sandbox_is_alive(g_sb, &err), 0);
     cr_assert_null(err);
     cr_assert(!tu_exists(meta), "destroy left %s", meta);

@@ -296,6 +296,9 @@ typedef struct warm_sup {
     int socks[2];               /* its socket DIR/sock, bound and listening,
                                  * and an O_PATH descriptor of its file (they
                                  * go with CONFIG) */
+    pid_t host_pid;             /* bubblewrap: its init's host pid, from its
+                                 * HELLO's credentials (SCM_CREDENTIALS), with
+                                 * start and uid; 0 when they did not come */
     char *bwrap;                /* the bwrap program it runs */
     char *exe;                  /* the supervisor program it runs, and the */
     char *base;                 /* directory its directory is in */
@@ -483,6 +486,37 @@ static int wait_io(int fd, short events, const bound *b)
             return IO_TIMEOUT;
     }
 }
+
+#ifdef SBX_LOCAL_BUBBLEWRAP
+/**
+ * The credentials the kernel attached to the next bytes waiting on @fd
+ * (a unix socket with SO_PASSCRED set before its peer sent them: the
+ * sender's pid and uid translated into this process's namespaces), read
+ * without taking the bytes (MSG_PEEK) into *@cred; left zero when none
+ * came. Does not block when nothing waits.
+ */
+static void peek_credentials(int fd, struct ucred *cred)
+{
+    char byte;
+    union {
+        struct cmsghdr h;
+        char buf[CMSG_SPACE(sizeof(struct ucred))];
+    } ctl;
+    struct iovec iov = { &byte, 1 };
+    struct msghdr mh = { .msg_iov = &iov, .msg_iovlen = 1, .msg_control = ctl.buf,
+                         .msg_controllen = sizeof(ctl.buf) };
+    *cred = (struct ucred){ 0 };
+    ssize_t n;
+    while ((n = recvmsg(fd, &mh, MSG_PEEK | MSG_DONTWAIT)) < 0 && errno == EINTR)
+        ;
+    if (n <= 0)
+        return;
+    for (struct cmsghdr *c = CMSG_FIRSTHDR(&mh); c; c = CMSG_NXTHDR(&mh, c))
+        if (c->cmsg_level == SOL_SOCKET && c->cmsg_type == SCM_CREDENTIALS
+            && c->cmsg_len == CMSG_LEN(sizeof(struct ucred)))
+            memcpy(cred, CMSG_DATA(c), sizeof(*cred));
+}
+#endif
 
 static void sleep_ms(long ms)
 {
@@ -1881,6 +1915,16 @@ static int start_supervisor(struct sbx_plugin_sandbox *sb, const char *exe, cons
         free(payload);
         return 0;
     }
+    if (io == IO_OK && type == PROTO_READY && ns_init && sb->spare_pid > 1) {
+        /* A claimed warm sandbox's init, known by its HELLO's credentials
+         * (bw_spare_make); it listens on the socket from CONFIG on, and
+         * every connection checks that (SO_PEERCRED). */
+        free(payload);
+        sb->sup_pid = sb->spare_pid;
+        sb->sup_start = sb->spare_start;
+        sb->sup_uid = sb->spare_uid;
+        return 0;
+    }
     if (io == IO_OK && type == PROTO_READY) {
         free(payload);
         /* Who listens: the kernel translates the listener's credentials
@@ -2226,6 +2270,7 @@ static int bw_spare_make(struct sbx_plugin_client *c, const char *exe, const cha
         || bwrap_prepare_dirs(s.meta, s.root, 1, s.tmp, s.made_tmp, op, NULL) < 0
         || bind_sandbox_socket(&s, &socks[0], &socks[1], op, NULL) < 0
         || listen(socks[0], SOMAXCONN) < 0
+        || setsockopt(lch.ctl, SOL_SOCKET, SO_PASSCRED, &(int){ 1 }, sizeof(int)) < 0
         || launcher_go(&lch, &s, exe, NULL, NULL) < 0)
         goto out;
     pthread_mutex_lock(&c->lock);
@@ -2235,7 +2280,12 @@ static int bw_spare_make(struct sbx_plugin_client *c, const char *exe, const cha
     bound bd = make_bound(NULL, HANDSHAKE_SECS);
     uint32_t type = 0, len = 0;
     unsigned char *hello = NULL;
-    int io = read_frame(lch.ctl, &type, &hello, &len, &bd);
+    struct ucred cred = { 0 };
+    int io = wait_io(lch.ctl, POLLIN, &bd);
+    if (io == IO_OK)
+        peek_credentials(lch.ctl, &cred);
+    if (io == IO_OK)
+        io = read_frame(lch.ctl, &type, &hello, &len, &bd);
     proto_reader rd;
     proto_reader_init(&rd, hello, len);
     uint32_t version = proto_get_u32(&rd);
@@ -2246,6 +2296,16 @@ static int bw_spare_make(struct sbx_plugin_client *c, const char *exe, const cha
     w->dirfd = open(s.meta, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
     if (w->dirfd < 0)
         goto out;
+    /* Who it is on the host, as the kernel gave it with the HELLO (the
+     * init's pid and uid translated into this process's namespaces), so
+     * that the create that claims it need not connect to ask (READY in
+     * start_supervisor). */
+    proto_proc init;
+    if (cred.pid > 1 && proto_proc_stat(cred.pid, &init) == 0) {
+        w->host_pid = cred.pid;
+        w->start = init.start;
+        w->uid = cred.uid;
+    }
     w->ctl = lch.ctl;
     lch.ctl = -1;
     w->pid = 1;
@@ -3297,6 +3357,9 @@ launched:
         warm.ctl = -1;
         sb->sup_pid = 1;
         sb->spare_hello = 1;
+        sb->spare_pid = warm.host_pid;
+        sb->spare_start = warm.start;
+        sb->spare_uid = warm.uid;
     }
 #endif
     uid_t guessed_uid = geteuid();

@@ -44,6 +44,12 @@ struct sbx_plugin_sandbox {
     int spare_hello;            /* bubblewrap, during create: its supervisor is a
                                  * claimed warm sandbox's init, whose HELLO was
                                  * read when the client made it */
+    /* And that init's host pid, start time and uid as its HELLO's
+     * credentials gave them (spare_pid 0: unknown; READY's check finds
+     * them). */
+    pid_t spare_pid;
+    unsigned long long spare_start;
+    uid_t spare_uid;
     int unresponsive;           /* resumed while its supervisor lived but did not
                                  * answer (stopped, or hung): every call that
                                  * asks the supervisor (exec, is_alive, ports,
