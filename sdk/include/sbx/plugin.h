@@ -384,7 +384,9 @@ typedef struct sbx_plugin {
      *  host path of the root for local, the workdir inside the sandbox's
      *  namespaces for bubblewrap), "expires_at": UNIX time the lifetime ends
      *  (0: none), "lifetime": seconds, and optionally "destroy": false when
-     *  destroy is not to go there (absent: true)}. pid, start and uid are as
+     *  destroy is not to go there (absent: true), and "meta": the absolute
+     *  path of a directory the destroyer renames after DESTROYED (see
+     *  below)}. pid, start and uid are as
      *  the application's pid and user namespaces see them (a process that is
      *  pid 1 of a namespace of its own is named by its pid outside), which is
      *  what SO_PEERCRED reports there. A plugin names an endpoint only where a
@@ -403,7 +405,13 @@ typedef struct sbx_plugin {
      *  from the state the plugin returns for the resumed sandbox, never from
      *  the caller's. Destroy goes there too unless "destroy" is false (DESTROY,
      *  answered by DESTROYED once every process of the sandbox has ended and
-     *  its directory is gone from its place); the application then calls the
+     *  its directory is gone from its place; with "meta", once every process
+     *  but the one serving the socket has ended, which ends next: the
+     *  application holds an exclusive flock(2) on the meta directory from
+     *  before DESTROY and renames it to its trash name, ".sbx-trash-" and
+     *  its name beside it, once DESTROYED came, and whatever the plugin left
+     *  to remove the trash does so; should the lock be held by another, the
+     *  plugin host destroys it instead); the application then calls the
      *  destroy slot without waiting for its answer and may free the handle
      *  right behind it (the plugin host frees it once that destroy is over):
      *  the slot finds the sandbox ended and releases what the plugin keeps of
