@@ -1227,7 +1227,8 @@ Test(server, create_validation)
      * overflow of now + timeout_secs): refused before anything is made. */
     {
         static const char *const huge[] = { "253402300800", "9223372036855",
-                                             "9223372036854775807" };
+                                             "9223372036854775807",
+                                             "123456789012345678901234567890" };
         for (size_t i = 0; i < sizeof huge / sizeof huge[0]; i++) {
             char *b = tu_strdup_printf("{\"backend\":\"local\",\"timeout_secs\":%s}", huge[i]);
             const char *m, *want = "Input should be less than or equal to ";
@@ -1251,6 +1252,10 @@ Test(server, create_validation)
             cr_assert_str_eq(m, tu_strdup_printf("%s%lld", want, n));
             cr_assert_eq(json_object_get_int64(cpu_jget(r->json, "detail.0.ctx.le")), n);
             cr_assert_eq(json_object_object_length(cpu_jget(r->json, "detail.0.ctx")), 1);
+            /* the input as sent (json-c would read it back cut to a bound) */
+            free(b);
+            b = tu_strdup_printf(",\"input\":%s,", huge[i]);
+            cr_assert(strstr(r->body, b), "%s", r->body);
             cpu_response_free(r);
             free(b);
         }
@@ -1277,6 +1282,84 @@ Test(server, create_validation)
     r = req_s(200, "GET", "/v1/sandboxes", key, NULL, NULL);
     cr_assert_eq(json_object_array_length(r->json), 0);
     cpu_response_free(r);
+}
+
+/* Numbers past what C holds, as pydantic (FastAPI) answers them, whose
+ * integers have no bounds: an integer past int64 is echoed in the 422
+ * exactly as it was sent (json-c reads it cut to the nearest bound), one
+ * past INT64_MAX where pydantic would take it is refused at the bound the
+ * server can carry (less_than_equal, pydantic's words for le), and a float
+ * given for an integer is int_from_float or, past int64, int_parsing_size
+ * (its input as Python writes the float). The whole answer, byte for
+ * byte, as pydantic 2 gives it for the same model; nothing is made. */
+Test(server, numbers_past_int64_are_answered_as_pydantic_does)
+{
+    static const struct {
+        int create;
+        const char *body, *want;
+    } cases[] = {
+        { 1, "{\"backend\":\"local\",\"memory_mb\":123456789012345678901234567890}",
+          "{\"detail\":[{\"type\":\"less_than_equal\",\"loc\":[\"body\",\"memory_mb\"],\"msg\":"
+          "\"Input should be less than or equal to 9223372036854775807\",\"input\":1234567890123"
+          "45678901234567890,\"ctx\":{\"le\":9223372036854775807}}]}" },
+        { 1, "{\"backend\":\"local\",\"memory_mb\":9223372036854775808}",
+          "{\"detail\":[{\"type\":\"less_than_equal\",\"loc\":[\"body\",\"memory_mb\"],\"msg\":"
+          "\"Input should be less than or equal to 9223372036854775807\",\"input\":9223372036854"
+          "775808,\"ctx\":{\"le\":9223372036854775807}}]}" },
+        { 1, "{\"backend\":\"local\",\"disk_mb\":-123456789012345678901234567890}",
+          "{\"detail\":[{\"type\":\"greater_than\",\"loc\":[\"body\",\"disk_mb\"],\"msg\":\"Inpu"
+          "t should be greater than 0\",\"input\":-123456789012345678901234567890,\"ctx\":{\"gt"
+          "\":0}}]}" },
+        { 1, "{\"backend\":\"local\",\"disk_mb\":-9223372036854775809}",
+          "{\"detail\":[{\"type\":\"greater_than\",\"loc\":[\"body\",\"disk_mb\"],\"msg\":\"Inpu"
+          "t should be greater than 0\",\"input\":-9223372036854775809,\"ctx\":{\"gt\":0}}]}" },
+        { 1, "{\"backend\":\"local\",\"timeout_secs\":-18446744073709551616}",
+          "{\"detail\":[{\"type\":\"greater_than\",\"loc\":[\"body\",\"timeout_secs\"],\"msg\":"
+          "\"Input should be greater than 0\",\"input\":-18446744073709551616,\"ctx\":{\"gt\":0}"
+          "}]}" },
+        { 1, "{\"backend\":\"local\",\"cpu\":-123456789012345678901234567890}",
+          "{\"detail\":[{\"type\":\"greater_than\",\"loc\":[\"body\",\"cpu\"],\"msg\":\"Input sh"
+          "ould be greater than 0\",\"input\":-123456789012345678901234567890,\"ctx\":{\"gt\":0."
+          "0}}]}" },
+        { 1, "{\"backend\":\"local\",\"memory_mb\":1E20}",
+          "{\"detail\":[{\"type\":\"int_parsing_size\",\"loc\":[\"body\",\"memory_mb\"],\"msg\":"
+          "\"Unable to parse input string as an integer, exceeded maximum size\",\"input\":1e+20"
+          "}]}" },
+        { 1, "{\"backend\":\"local\",\"disk_mb\":-9.3e18}",
+          "{\"detail\":[{\"type\":\"int_parsing_size\",\"loc\":[\"body\",\"disk_mb\"],\"msg\":\""
+          "Unable to parse input string as an integer, exceeded maximum size\",\"input\":-9.3e+1"
+          "8}]}" },
+        { 1, "{\"backend\":\"local\",\"memory_mb\":9223372036854775808.0}",
+          "{\"detail\":[{\"type\":\"int_parsing_size\",\"loc\":[\"body\",\"memory_mb\"],\"msg\":"
+          "\"Unable to parse input string as an integer, exceeded maximum size\",\"input\":9.223"
+          "372036854776e+18}]}" },
+        { 1, "{\"backend\":\"local\",\"memory_mb\":2.5}",
+          "{\"detail\":[{\"type\":\"int_from_float\",\"loc\":[\"body\",\"memory_mb\"],\"msg\":\""
+          "Input should be a valid integer, got a number with a fractional part\",\"input\":2.5}"
+          "]}" },
+        { 1, "{\"memory_mb\":-123456789012345678901234567890,\"a\":[1,99999999999999999999]}",
+          "{\"detail\":[{\"type\":\"missing\",\"loc\":[\"body\",\"backend\"],\"msg\":\"Field req"
+          "uired\",\"input\":{\"memory_mb\":-123456789012345678901234567890,\"a\":[1,99999999999"
+          "999999999]}}]}" },
+        { 0, "{\"command\":\"true\",\"timeout_secs\":-123456789012345678901234567890}",
+          "{\"detail\":[{\"type\":\"greater_than\",\"loc\":[\"body\",\"timeout_secs\"],\"msg\":"
+          "\"Input should be greater than 0\",\"input\":-123456789012345678901234567890,\"ctx\":"
+          "{\"gt\":0.0}}]}" },
+    };
+    char *id = cpu_create_local(srv, key, NULL), *ex = path_of("/v1/sandboxes/%s/execute", id);
+    cpu_response *r;
+
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        r = req_s(422, "POST", cases[i].create ? "/v1/sandboxes" : ex, key, NULL,
+                  cases[i].body);
+        cr_expect_str_eq(r->body, cases[i].want, "%s", cases[i].body);
+        cpu_response_free(r);
+    }
+    r = req_s(200, "GET", "/v1/sandboxes", key, NULL, NULL);
+    cr_assert_eq(json_object_array_length(r->json), 1);
+    cpu_response_free(r);
+    free(ex);
+    free(id);
 }
 
 /* The value at @path of the answer as text (a number's digits too), or
