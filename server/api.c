@@ -1919,17 +1919,25 @@ exec_job_done(sbx_op *op, void *user_data)
 }
 
 /* Submits @j to the pool; 1 when it runs there, 0 when it could not be
- * submitted (the caller runs it itself). */
+ * submitted (the caller runs it itself; a pool that cannot be made is
+ * logged, naming why: that execute cannot be cancelled at its deadline). */
 static int
 exec_job_submit(exec_job *j)
 {
     sbx_exec_request er = SBX_EXEC_REQUEST_INIT;
-    sbx_async *async = cp_runtime_async(j->rt, NULL);
+    char *why = NULL;
+    sbx_async *async = cp_runtime_async(j->rt, &why);
     const char **argv;
     sbx_op *op;
 
-    if (!async)
+    if (!async) {
+        fprintf(stderr, "sbx-server: cannot start the pool of provider calls (%s): the execute "
+                "runs on the request's thread, answered when its provider call ends rather "
+                "than at its deadline\n",
+                why ? why : "?");
+        free(why);
         return 0;
+    }
     exec_job_request(j, &er, &argv);
     pthread_mutex_lock(&j->lock);
     j->refs++;

@@ -3685,6 +3685,58 @@ Test(server, an_execute_answered_504_leaves_no_thread_behind, .timeout = 120)
     stop_fake(fake, fdir, furl);
 }
 
+/* A pool of provider calls that cannot be made (SBX_SERVER_TEST_ASYNC_FAULT
+ * fails its eventfd or its dispatching thread as the system would) is
+ * named in the log, each time an execute needs it, and the execute still
+ * runs, on the request's thread. */
+Test(server, a_pool_that_cannot_start_is_named, .timeout = 120)
+{
+    static const struct {
+        const char *fault, *why;
+    } cases[] = {
+        { "SBX_SERVER_TEST_ASYNC_FAULT=eventfd", "eventfd: Too many open files" },
+        { "SBX_SERVER_TEST_ASYNC_FAULT=thread",
+          "the dispatching thread: Resource temporarily unavailable" },
+    };
+    pid_t fake;
+    char *fdir, *furl = start_e2b_fake_with(NULL, &fake, &fdir);
+
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        cpu_server *s = start_with_e2b_and(furl, cases[i].fault);
+        char *k = cpu_bootstrap(s, "pool", NULL), *id, *pe, *log, *want;
+        const char *at;
+        cpu_response *r;
+        int lines = 0;
+
+        r = cpu_http(s->url, "POST", "/v1/sandboxes", k, NULL, "{\"backend\":\"e2b\"}");
+        cr_assert_eq(r->status, 201, "%s", r->body);
+        id = strdup(cpu_jstr(r, "id"));
+        cpu_response_free(r);
+        pe = path_of("/v1/sandboxes/%s/execute", id);
+        for (int n = 0; n < 2; n++) {
+            r = cpu_http(s->url, "POST", pe, k, NULL, "{\"command\":\"echo hi\"}");
+            cr_assert_eq(r->status, 200, "%s", r->body);
+            cr_assert_str_eq(cpu_jstr(r, "stdout"), "hi\n");
+            cpu_response_free(r);
+        }
+        log = cpu_read_log(s, 1);
+        want = tu_strdup_printf("sbx-server: cannot start the pool of provider calls (%s): the "
+                                "execute runs on the request's thread, answered when its "
+                                "provider call ends rather than at its deadline\n",
+                                cases[i].why);
+        for (at = log; (at = strstr(at, want)) != NULL; at++)
+            lines++;
+        cr_assert_eq(lines, 2, "%s", log);
+        free(want);
+        free(log);
+        free(pe);
+        free(id);
+        free(k);
+        cpu_stop(s);
+    }
+    stop_fake(fake, fdir, furl);
+}
+
 /* ---------------------------------------------------------------- executions in flight and failed */
 
 typedef struct exec_arg {
