@@ -3582,9 +3582,11 @@ threads_back_to(pid_t pid, int want, double secs, double *after)
 /* An execute answered 504 at its deadline (the provider answers nothing)
  * leaves nothing running: its provider call is cancelled at the deadline
  * (sbx_op_cancel()), so the server's threads are back to what they were
- * before it within 1 s out of process (the plugin host ends the call at
- * once; 3 s later before the cancel), not when the provider's calls would
- * have ended; the execution is failed with the
+ * before it within 0.5 s in both plugin modes (the cancel comes after the
+ * command's SIGKILL, so the library frees its handle at once, which ends
+ * the plugin's thread of the command; it used to end 3 s later in
+ * process, when the library gave up waiting for the end), not when the
+ * provider's calls would have ended; the execution is failed with the
  * timeout payload (outcome unknown, not retryable) and metered once, as
  * a failed execution is (CONTROL-PLANE.md §1: usage still metered): one
  * usage event, "runtime_seconds" in seconds, of the execution, whose
@@ -3601,12 +3603,7 @@ Test(server, an_execute_answered_504_leaves_no_thread_behind, .timeout = 120)
     int base, n;
     double after, bound;
 
-    /* Out of process the plugin host ends the cancelled call at once; in
-     * process the e2b plugin's own thread of the command, which the cancel
-     * does not stop, ends by its calls' deadlines (about 3 s after the 504
-     * here). */
-    bound = getenv("SBX_PLUGIN_MODE") && !strcmp(getenv("SBX_PLUGIN_MODE"), "inprocess")
-                ? 3 + 2.0 : 1.0;
+    bound = 0.5;
     s = start_with_e2b_and(furl, "BESPOKE_PROVIDER_TIMEOUT_SECS=2");
     k = cpu_bootstrap(s, "eta", NULL);
     r = cpu_http(s->url, "POST", "/v1/sandboxes", k, NULL, "{\"backend\":\"e2b\"}");
