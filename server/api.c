@@ -588,7 +588,9 @@ keep_int_literals(json_tokener *tok, const char *p, const char *end, json_object
  * values or text after the value) and, when @utf8, must be UTF-8; a value
  * the server cannot use as sent (body_bad_value()) is 422 naming where it
  * is. A body that is JSON but not an object (null, 5, [1]) is pydantic's
- * model_attributes_type. */
+ * model_attributes_type. An integer past int64 keeps its literal as its
+ * JSON text (keep_int_literals()), so that an answer echoing it shows the
+ * number sent; its value is json-c's nearest bound. */
 static json_object *
 body_object(const cp_request *req, cp_response *res, int utf8)
 {
