@@ -40,7 +40,9 @@
  *    once readable, the process tree gets the same SIGTERM, then SIGKILL,
  *    and the exec fails with a cancelled error. The plugin calls made after
  *    that (kill, wait) get a context without the descriptor, so they are
- *    not refused as cancelled themselves.
+ *    not refused as cancelled themselves. Once SIGKILL is sent (at once
+ *    when the cancel comes after it) the loop does not wait for the end:
+ *    the handle is freed, which ends what the plugin still runs for it.
  *
  * sbx_exec_run_fds (the file fallbacks' variant) hands the plugin the
  * caller's own stdin and/or stdout descriptor instead: those bytes never
@@ -598,6 +600,17 @@ exec_loop(exec_state *st, const char *backend, double until, sbx_error **err)
                 st->ended = 1;
                 break;
             }
+        }
+        /* Cancelled, and SIGKILL sent: nothing of it is wanted any more
+         * (the result is the cancellation), so the handle is freed now
+         * rather than after EXEC_KILL_GIVE_UP_SECS: a plugin whose kill
+         * cannot reach the command yet (a remote one its provider has not
+         * named) ends its side of it there. */
+        if (st->stage == 2 && st->cancelled) {
+            sbx_log(SBX_LOG_INFO, backend, "command cancelled, SIGKILL sent: not waiting for "
+                    "its end");
+            st->gave_up = 1;
+            break;
         }
         if (st->stage == 2 && now >= st->give_up_at) {
             sbx_log(SBX_LOG_WARNING, backend, "process did not end after SIGKILL; giving up");

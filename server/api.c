@@ -474,13 +474,123 @@ body_bad_value(json_object *v, json_object *loc, const char **type, const char *
     }
 }
 
+/* The whitespace JSON allows, from @p. */
+static const char *
+json_ws(const char *p, const char *end)
+{
+    while (p < end && (*p == ' ' || *p == '\t' || *p == '\n' || *p == '\r'))
+        p++;
+    return p;
+}
+
+/* Past the string literal at @p (its opening quote). */
+static const char *
+json_str_end(const char *p, const char *end)
+{
+    for (p++; p < end && *p != '"'; p++)
+        if (*p == '\\')
+            p++;
+    return p < end ? p + 1 : end;
+}
+
+/* The key literal [@k, @ke) as json-c decodes it (escapes and all), so it
+ * names the member json-c made; NULL if it cannot be read. */
+static json_object *
+json_key(json_tokener *tok, const char *k, const char *ke)
+{
+    json_object *s;
+
+    json_tokener_reset(tok);
+    s = json_tokener_parse_ex(tok, k, (int)(ke - k));
+    if (s && !json_object_is_type(s, json_type_string)) {
+        json_object_put(s);
+        s = NULL;
+    }
+    return s;
+}
+
+/* Walks the value at @p of the JSON text json-c parsed into @v (NULL where
+ * the text's value is not in the tree: a member a later duplicate key
+ * replaced) and gives every integer json-c could not hold (past int64 below
+ * zero, past uint64 above; json-c keeps the nearest bound) its literal as
+ * its JSON text, so that a 422 echoes the number exactly as it was sent,
+ * as pydantic does (Python's ints have no bounds). An integer that fits
+ * gets json-c's own text back (a duplicate key's earlier literal may have
+ * marked it). Returns the end of the value. The text is JSON json-c read
+ * in strict mode, so its shape is known. */
+static const char *
+keep_int_literals(json_tokener *tok, const char *p, const char *end, json_object *v)
+{
+    p = json_ws(p, end);
+    if (p >= end)
+        return end;
+    if (*p == '{' || *p == '[') {
+        int obj = *p == '{';
+        char close = obj ? '}' : ']';
+        size_t i = 0;
+        p = json_ws(p + 1, end);
+        while (p < end && *p != close) {
+            json_object *child = NULL;
+            if (obj) {
+                const char *ke = json_str_end(p, end);
+                json_object *k = json_key(tok, p, ke);
+                if (k && json_object_is_type(v, json_type_object))
+                    child = json_object_object_get(v, json_object_get_string(k));
+                json_object_put(k);
+                p = json_ws(ke, end);
+                if (p < end)            /* ':' */
+                    p++;
+            } else if (json_object_is_type(v, json_type_array) &&
+                       i < json_object_array_length(v)) {
+                child = json_object_array_get_idx(v, i);
+            }
+            i++;
+            p = json_ws(keep_int_literals(tok, p, end, child), end);
+            if (p < end && *p == ',')
+                p = json_ws(p + 1, end);
+        }
+        return p < end ? p + 1 : end;
+    }
+    if (*p == '"')
+        return json_str_end(p, end);
+    {
+        const char *e = p;
+        int integer = 1;
+        while (e < end && (*e == '-' || *e == '+' || *e == '.' ||
+                           (*e >= '0' && *e <= '9') || (*e >= 'a' && *e <= 'z') ||
+                           (*e >= 'A' && *e <= 'Z'))) {
+            if (!(*e >= '0' && *e <= '9') && !(*e == '-' && e == p))
+                integer = 0;
+            e++;
+        }
+        if (integer && e > p && json_object_is_type(v, json_type_int)) {
+            char *lit = strndup(p, (size_t)(e - p));
+            errno = 0;
+            if (*lit == '-')
+                (void)strtoll(lit, NULL, 10);
+            else
+                (void)strtoull(lit, NULL, 10);
+            if (errno == ERANGE) {
+                json_object_set_serializer(v, json_object_userdata_to_json_string, lit,
+                                           json_object_free_userdata);
+            } else {
+                json_object_set_serializer(v, NULL, NULL, NULL);
+                free(lit);
+            }
+        }
+        return e;
+    }
+}
+
 /* The request body as a JSON object, else the answer given (422 in the
  * reference's shapes) and NULL. The text is read as JSON is written
  * (json-c's strict mode: no comments, trailing commas, single-quoted
  * values or text after the value) and, when @utf8, must be UTF-8; a value
  * the server cannot use as sent (body_bad_value()) is 422 naming where it
  * is. A body that is JSON but not an object (null, 5, [1]) is pydantic's
- * model_attributes_type. */
+ * model_attributes_type. An integer past int64 keeps its literal as its
+ * JSON text (keep_int_literals()), so that an answer echoing it shows the
+ * number sent; its value is json-c's nearest bound. */
 static json_object *
 body_object(const cp_request *req, cp_response *res, int utf8)
 {
@@ -512,6 +622,7 @@ body_object(const cp_request *req, cp_response *res, int utf8)
         json_tokener_free(tok);
         return NULL;
     }
+    keep_int_literals(tok, req->body, req->body + req->body_len, o);
     json_tokener_free(tok);
     where = json_object_new_array();
     json_object_array_add(where, json_object_new_string("body"));
@@ -814,21 +925,39 @@ jdouble(double d)
     return json_object_new_double_s(d, buf);
 }
 
+/* Outcomes of int_field() besides 0 (an int64 in *@out). */
+enum {
+    INT_NOT_INT = -1,           /* not a number (pydantic's int_type) */
+    INT_FRACTION = -2,          /* a float with a fractional part (int_from_float) */
+    INT_FLOAT_SIZE = -3,        /* a float past int64 (int_parsing_size) */
+    INT_TOO_BIG = -4,           /* an integer past INT64_MAX: valid to pydantic,
+                                 * but no libsbx option carries it */
+};
+
+/* @v as an integer field, as pydantic reads an int from JSON numbers: an
+ * integer (*@out, or INT_TOO_BIG past INT64_MAX; one below INT64_MIN is
+ * INT64_MIN, which every field refuses as pydantic would), or a float with
+ * no fractional part strictly within (-2^63, 2^63). */
 static int
 int_field(json_object *v, int64_t *out)
 {
     if (json_object_is_type(v, json_type_int)) {
+        if (json_object_get_uint64(v) > (uint64_t)INT64_MAX)
+            return INT_TOO_BIG;
         *out = json_object_get_int64(v);
         return 0;
     }
     if (json_object_is_type(v, json_type_double)) {
         double d = json_object_get_double(v);
-        if (d == (double)(int64_t)d) {
-            *out = (int64_t)d;
-            return 0;
-        }
+        /* Past 2^53 every double is whole. */
+        if (d >= 9223372036854775808.0 || d <= -9223372036854775808.0)
+            return INT_FLOAT_SIZE;
+        if ((double)(int64_t)d != d)
+            return INT_FRACTION;
+        *out = (int64_t)d;
+        return 0;
     }
-    return -1;
+    return INT_NOT_INT;
 }
 
 static int
@@ -916,10 +1045,33 @@ parse_create(json_object *body, create_req *c, cp_response *res)
             json_object_object_add(c->config, f, jdouble(d));
         } else if (!strcmp(f, "memory_mb") || !strcmp(f, "disk_mb") ||
                    !strcmp(f, "timeout_secs")) {
-            int64_t iv;
-            if (json_object_is_type(v, json_type_boolean) || int_field(v, &iv) < 0) {
+            int64_t iv = INT64_MAX;
+            int rc = json_object_is_type(v, json_type_boolean) ? INT_NOT_INT : int_field(v, &iv);
+            if (rc == INT_NOT_INT) {
                 reply_validation(res, "int_type", "body", f, "Input should be a valid integer",
                                  json_object_get(v));
+                return -1;
+            }
+            if (rc == INT_FRACTION) {
+                reply_validation(res, "int_from_float", "body", f,
+                                 "Input should be a valid integer, got a number with a "
+                                 "fractional part", jdouble(json_object_get_double(v)));
+                return -1;
+            }
+            if (rc == INT_FLOAT_SIZE) {
+                reply_validation(res, "int_parsing_size", "body", f,
+                                 "Unable to parse input string as an integer, exceeded "
+                                 "maximum size", jdouble(json_object_get_double(v)));
+                return -1;
+            }
+            /* Past INT64_MAX (timeout_secs is bounded below, as its
+             * expiry): pydantic's words for a bound at INT64_MAX, which
+             * is what the server can carry, rather than a value cut to it. */
+            if (rc == INT_TOO_BIG && strcmp(f, "timeout_secs") != 0) {
+                reply_validation_ctx(res, "less_than_equal", "body", f,
+                                     "Input should be less than or equal to "
+                                     "9223372036854775807", json_object_get(v),
+                                     cp_ctx_num("le", json_object_new_int64(INT64_MAX)));
                 return -1;
             }
             if (iv <= 0) {
@@ -1769,17 +1921,25 @@ exec_job_done(sbx_op *op, void *user_data)
 }
 
 /* Submits @j to the pool; 1 when it runs there, 0 when it could not be
- * submitted (the caller runs it itself). */
+ * submitted (the caller runs it itself; a pool that cannot be made is
+ * logged, naming why: that execute cannot be cancelled at its deadline). */
 static int
 exec_job_submit(exec_job *j)
 {
     sbx_exec_request er = SBX_EXEC_REQUEST_INIT;
-    sbx_async *async = cp_runtime_async(j->rt, NULL);
+    char *why = NULL;
+    sbx_async *async = cp_runtime_async(j->rt, &why);
     const char **argv;
     sbx_op *op;
 
-    if (!async)
+    if (!async) {
+        fprintf(stderr, "sbx-server: cannot start the pool of provider calls (%s): the execute "
+                "runs on the request's thread, answered when its provider call ends rather "
+                "than at its deadline\n",
+                why ? why : "?");
+        free(why);
         return 0;
+    }
     exec_job_request(j, &er, &argv);
     pthread_mutex_lock(&j->lock);
     j->refs++;

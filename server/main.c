@@ -60,11 +60,13 @@
  * (seconds added to the clock, for tests of time windows),
  * SBX_SERVER_TEST_CLOCK_FILE (a file whose number, UNIX seconds, is the
  * clock, read at each reading of it: a test sets it and steps it, backwards
- * too) and
+ * too),
  * SBX_SERVER_TEST_CRASH_AFTER_PROVIDER_CREATE (the server SIGKILLs itself
- * after a provider create succeeded and before its outcome is committed)
- * and SBX_SERVER_TEST_CRASH_AFTER_ANSWER (it SIGKILLs itself once an
- * execute's answer is sent, before the outbox meters it).
+ * after a provider create succeeded and before its outcome is committed),
+ * SBX_SERVER_TEST_CRASH_AFTER_ANSWER (it SIGKILLs itself once an
+ * execute's answer is sent, before the outbox meters it) and
+ * SBX_SERVER_TEST_ASYNC_FAULT ("eventfd" or "thread": that step of making
+ * the pool of provider calls fails, server/runtime.c).
  *
  * A missing required setting, or a bad value, exits with status 2 and a
  * message naming the setting (never its value when it is a secret). On

@@ -270,40 +270,82 @@ dispatch_thread(void *arg)
     return NULL;
 }
 
+/* "@what: the text of errno @err" (free()). */
+static char *
+os_fault(const char *what, int err)
+{
+    char buf[256];
+
+    return cp_printf("%s: %s", what, strerror_r(err, buf, sizeof buf));
+}
+
+/* The test hook SBX_SERVER_TEST_ASYNC_FAULT: "eventfd" or "thread" makes
+ * that step of cp_runtime_async() fail as the system would (EMFILE,
+ * EAGAIN); 0 otherwise. */
+static int
+test_fault(const char *step)
+{
+    const char *v = getenv("SBX_SERVER_TEST_ASYNC_FAULT");
+
+    return v && !strcmp(v, step);
+}
+
 sbx_async *
-cp_runtime_async(cp_runtimes *rt, sbx_error **error)
+cp_runtime_async(cp_runtimes *rt, char **why)
 {
     sbx_async *a;
+    char *fault = NULL;
 
     pthread_mutex_lock(&rt->lock);
     if (!rt->async) {
         unsigned n = rt->settings->connections;
         sigset_t all, old;
+        sbx_error *e = NULL;
+        int rc;
 
         if (n < 1)
             n = 1;
         if (n > SBX_ASYNC_MAX_WORKERS)
             n = SBX_ASYNC_MAX_WORKERS;
-        rt->async = sbx_async_new(n, error);
-        if (rt->async && (rt->stop_fd = eventfd(0, EFD_CLOEXEC)) < 0) {
-            sbx_async_free(rt->async);
-            rt->async = NULL;
+        rt->async = sbx_async_new(n, &e);
+        if (!rt->async) {
+            fault = cp_printf("the pool: %s", e ? sbx_error_get0_message(e) : "no error given");
+            sbx_error_free(e);
+        } else {
+            if (test_fault("eventfd")) {
+                rt->stop_fd = -1;
+                errno = EMFILE;
+            } else {
+                rt->stop_fd = eventfd(0, EFD_CLOEXEC);
+            }
+            if (rt->stop_fd < 0) {
+                fault = os_fault("eventfd", errno);
+                sbx_async_free(rt->async);
+                rt->async = NULL;
+            }
         }
         if (rt->async) {
             /* Signals stay with the thread that waits for them (main.c). */
             sigfillset(&all);
             pthread_sigmask(SIG_SETMASK, &all, &old);
-            if (pthread_create(&rt->dispatcher, NULL, dispatch_thread, rt) != 0) {
+            rc = test_fault("thread") ? EAGAIN
+                                      : pthread_create(&rt->dispatcher, NULL, dispatch_thread, rt);
+            pthread_sigmask(SIG_SETMASK, &old, NULL);
+            if (rc != 0) {
+                fault = os_fault("the dispatching thread", rc);
                 close(rt->stop_fd);
                 rt->stop_fd = -1;
                 sbx_async_free(rt->async);
                 rt->async = NULL;
             }
-            pthread_sigmask(SIG_SETMASK, &old, NULL);
         }
     }
     a = rt->async;
     pthread_mutex_unlock(&rt->lock);
+    if (why)
+        *why = fault;
+    else
+        free(fault);
     return a;
 }
 

@@ -144,9 +144,12 @@ void cp_runtime_drop(cp_runtimes *rt, const char *id);
  * on first use, with at most SBX_SERVER_CONNECTIONS worker threads (which
  * stay, idle, once started) and one thread of its own that runs the
  * operations' callbacks (never one of the request threads'); both end in
- * cp_runtimes_free(). Borrowed; NULL with *@error (resource_exhausted)
- * when it cannot be made. Thread-safe. */
-sbx_async *cp_runtime_async(cp_runtimes *rt, sbx_error **error);
+ * cp_runtimes_free(). Borrowed. NULL when it cannot be made (the next
+ * call tries again), with, when @why is not NULL, *@why (free()) naming
+ * the step that failed and why: "the pool: <libsbx's message>",
+ * "eventfd: <errno text>" or "the dispatching thread: <errno text>".
+ * Else *@why is NULL. Thread-safe. */
+sbx_async *cp_runtime_async(cp_runtimes *rt, char **why);
 
 /* A provider call running on the pool begins (submitted) and ends (its
  * callback ran); cp_runtimes_busy() counts those running, whose handles

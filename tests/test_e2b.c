@@ -22,7 +22,10 @@
  * (this process's environment never reaches the sandbox or the provider);
  * warm execs one after another share one TCP connection at the fake;
  * files through the plugin (CASE-17, list_files, HOME, CASE-45, CASE-46:
- * the tu_files_* helpers of testutil.c).
+ * the tu_files_* helpers of testutil.c); sbx_op_cancel() of an
+ * asynchronous execute ends its command at the provider and the plugin's
+ * thread of it within 0.5 s, also after its SIGKILL when envd never named
+ * it.
  * The fake's test routes (/_fake/sandbox/{id}, .../vanish,
  * /_fake/keepalive) show and change the provider's side; its fault rules and
  * request log (/_fake/faults, /_fake/log) script and count requests.
@@ -32,6 +35,7 @@
 #endif
 #include <criterion/criterion.h>
 
+#include <dirent.h>
 #include <errno.h>
 #include <json-c/json.h>
 #include <pthread.h>
@@ -871,4 +875,163 @@ Test(e2b, a_sandbox_vanishing_mid_command_is_gone_with_its_id)
     json_object_put(log);
     free(get_re);
     free(id);
+}
+
+/* ------------------------------------------------------------------------ */
+/* A cancelled asynchronous execute                                          */
+/* ------------------------------------------------------------------------ */
+
+/* The threads of this process. */
+static int own_threads(void)
+{
+    DIR *d = opendir("/proc/self/task");
+    struct dirent *de;
+    int n = 0;
+    cr_assert_not_null(d);
+    while ((de = readdir(d)))
+        if (de->d_name[0] != '.')
+            n++;
+    closedir(d);
+    return n;
+}
+
+/* Waits at most @secs for this process to have at most @want threads; how
+ * long that took (>= @secs: it did not). */
+static double threads_back_to(int want, double secs)
+{
+    double t0 = tu_now();
+    while (own_threads() > want && tu_now() - t0 < secs)
+        usleep(10000);
+    return tu_now() - t0;
+}
+
+/* The processes the fake runs for sandbox @id (its pids, as JSON text). */
+static char *fake_processes(const char *id)
+{
+    char *path = tu_strdup_printf("/_fake/sandbox/%s", id), *body = NULL;
+    cr_assert_eq(fake_call("GET", path, &body), 200, "GET %s: %s", path, body ? body : "");
+    json_object *j = json_tokener_parse(body), *v;
+    cr_assert(json_object_object_get_ex(j, "processes", &v), "%s", body);
+    char *s = strdup(json_object_to_json_string_ext(v, JSON_C_TO_STRING_PLAIN));
+    json_object_put(j);
+    free(body);
+    free(path);
+    return s;
+}
+
+typedef struct op_end {
+    int ran;
+    double at;
+    sbx_error_code code;
+    int has_error;
+} op_end;
+
+static void on_op_end(sbx_op *op, void *ud)
+{
+    op_end *e = ud;
+    const sbx_error *err = sbx_op_get_error(op);
+    e->has_error = err != NULL;
+    e->code = err ? sbx_error_get_code(err) : 0;
+    e->at = tu_now();
+    e->ran = 1;
+}
+
+/* A pool with its worker started (one execute run through it), so that
+ * the threads counted after are the baseline. */
+static sbx_async *warm_pool(sbx_sandbox *sb)
+{
+    sbx_error *err = NULL;
+    sbx_async *a = sbx_async_new(1, &err);
+    cr_assert_not_null(a, "%s", err ? sbx_error_get0_message(err) : "");
+    sbx_exec_request req = SBX_EXEC_REQUEST_INIT;
+    req.shell = "true";
+    req.timeout_secs = 30;
+    op_end e = { 0 };
+    cr_assert_not_null(sbx_sandbox_execute_async(a, sb, &req, on_op_end, &e, &err), "%s",
+                       err ? sbx_error_get0_message(err) : "");
+    while (!e.ran)
+        cr_assert(sbx_async_wait(a, 30) >= 0);
+    cr_assert_eq(e.has_error, 0);
+    usleep(200000);
+    return a;
+}
+
+/* sbx_op_cancel() of an execute whose command runs: the command is gone at
+ * the provider (SIGTERM through envd, its tree by its mark), the callback
+ * runs with the cancellation, and the plugin's thread of the command has
+ * ended, all within 0.5 s of the cancel. */
+Test(e2b, a_cancelled_execute_ends_its_command_and_its_thread)
+{
+    g_sb = create_with_lifetime(600);
+    const char *id = sbx_sandbox_get0_id(g_sb);
+    sbx_async *a = warm_pool(g_sb);
+    int base = own_threads();
+    sbx_exec_request req = SBX_EXEC_REQUEST_INIT;
+    req.shell = "sleep 60";
+    req.timeout_secs = 120;
+    op_end e = { 0 };
+    sbx_error *err = NULL;
+    sbx_op *op = sbx_sandbox_execute_async(a, g_sb, &req, on_op_end, &e, &err);
+    cr_assert_not_null(op, "%s", err ? sbx_error_get0_message(err) : "");
+    char *procs = NULL;
+    for (int i = 0; i < 400; i++) {
+        free(procs);
+        procs = fake_processes(id);
+        if (strcmp(procs, "[]") != 0)
+            break;
+        usleep(50000);
+    }
+    cr_assert_str_neq(procs, "[]", "the command never ran");
+    free(procs);
+    double t0 = tu_now();
+    cr_assert_eq(sbx_op_cancel(op), 1);
+    while (!e.ran && tu_now() - t0 < 15)
+        sbx_async_wait(a, 0.01);
+    cr_assert(e.ran && e.at - t0 < 0.5, "the callback ran %.2f s after the cancel", e.at - t0);
+    cr_assert_eq(e.code, SBX_ERROR_CANCELLED, "%s", sbx_error_code_name(e.code));
+    threads_back_to(base, 0.5 - (tu_now() - t0));
+    cr_assert(own_threads() <= base, "%d threads %.2f s after the cancel (%d before)",
+              own_threads(), tu_now() - t0, base);
+    procs = fake_processes(id);
+    cr_assert_str_eq(procs, "[]");
+    free(procs);
+    sbx_async_free(a);
+}
+
+/* A cancel that comes after the command's SIGKILL (a timed-out command,
+ * cancelled as sbx-server cancels an execute it answered 504) while envd
+ * has not named the command (its Start hangs, so no signal can reach it):
+ * the callback runs and the plugin's thread of the command ends within
+ * 0.5 s of the cancel, not when the library would give up waiting for the
+ * end (5 s after SIGKILL). */
+Test(e2b, a_cancel_after_sigkill_ends_a_command_envd_never_named_at_once)
+{
+    g_sb = create_with_lifetime(600);
+    sbx_async *a = warm_pool(g_sb);
+    int base = own_threads();
+    tu_fake_post("/_fake/faults", "{\"method\":\"POST\",\"path\":\"^/process\\\\.Process/Start$\","
+                                  "\"action\":\"hang\",\"delay\":20}");
+    sbx_exec_request req = SBX_EXEC_REQUEST_INIT;
+    req.shell = "echo hi";
+    req.timeout_secs = 1;
+    op_end e = { 0 };
+    sbx_error *err = NULL;
+    double t_sub = tu_now();
+    sbx_op *op = sbx_sandbox_execute_async(a, g_sb, &req, on_op_end, &e, &err);
+    cr_assert_not_null(op, "%s", err ? sbx_error_get0_message(err) : "");
+    /* SIGTERM at 1 s, SIGKILL SBX_KILL_GRACE_SECS later. */
+    while (tu_now() - t_sub < 1 + SBX_KILL_GRACE_SECS + 0.5) {
+        sbx_async_wait(a, 0.05);
+        cr_assert_eq(e.ran, 0, "the execute ended before the cancel");
+    }
+    double t0 = tu_now();
+    cr_assert_eq(sbx_op_cancel(op), 1);
+    while (!e.ran && tu_now() - t0 < 15)
+        sbx_async_wait(a, 0.01);
+    cr_assert(e.ran && e.at - t0 < 0.5, "the callback ran %.2f s after the cancel", e.at - t0);
+    cr_assert_eq(e.code, SBX_ERROR_CANCELLED, "%s", sbx_error_code_name(e.code));
+    threads_back_to(base, 0.5 - (tu_now() - t0));
+    cr_assert(own_threads() <= base, "%d threads %.2f s after the cancel (%d before)",
+              own_threads(), tu_now() - t0, base);
+    sbx_async_free(a);
 }

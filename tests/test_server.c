@@ -1227,7 +1227,8 @@ Test(server, create_validation)
      * overflow of now + timeout_secs): refused before anything is made. */
     {
         static const char *const huge[] = { "253402300800", "9223372036855",
-                                             "9223372036854775807" };
+                                             "9223372036854775807",
+                                             "123456789012345678901234567890" };
         for (size_t i = 0; i < sizeof huge / sizeof huge[0]; i++) {
             char *b = tu_strdup_printf("{\"backend\":\"local\",\"timeout_secs\":%s}", huge[i]);
             const char *m, *want = "Input should be less than or equal to ";
@@ -1251,6 +1252,10 @@ Test(server, create_validation)
             cr_assert_str_eq(m, tu_strdup_printf("%s%lld", want, n));
             cr_assert_eq(json_object_get_int64(cpu_jget(r->json, "detail.0.ctx.le")), n);
             cr_assert_eq(json_object_object_length(cpu_jget(r->json, "detail.0.ctx")), 1);
+            /* the input as sent (json-c would read it back cut to a bound) */
+            free(b);
+            b = tu_strdup_printf(",\"input\":%s,", huge[i]);
+            cr_assert(strstr(r->body, b), "%s", r->body);
             cpu_response_free(r);
             free(b);
         }
@@ -1277,6 +1282,84 @@ Test(server, create_validation)
     r = req_s(200, "GET", "/v1/sandboxes", key, NULL, NULL);
     cr_assert_eq(json_object_array_length(r->json), 0);
     cpu_response_free(r);
+}
+
+/* Numbers past what C holds, as pydantic (FastAPI) answers them, whose
+ * integers have no bounds: an integer past int64 is echoed in the 422
+ * exactly as it was sent (json-c reads it cut to the nearest bound), one
+ * past INT64_MAX where pydantic would take it is refused at the bound the
+ * server can carry (less_than_equal, pydantic's words for le), and a float
+ * given for an integer is int_from_float or, past int64, int_parsing_size
+ * (its input as Python writes the float). The whole answer, byte for
+ * byte, as pydantic 2 gives it for the same model; nothing is made. */
+Test(server, numbers_past_int64_are_answered_as_pydantic_does)
+{
+    static const struct {
+        int create;
+        const char *body, *want;
+    } cases[] = {
+        { 1, "{\"backend\":\"local\",\"memory_mb\":123456789012345678901234567890}",
+          "{\"detail\":[{\"type\":\"less_than_equal\",\"loc\":[\"body\",\"memory_mb\"],\"msg\":"
+          "\"Input should be less than or equal to 9223372036854775807\",\"input\":1234567890123"
+          "45678901234567890,\"ctx\":{\"le\":9223372036854775807}}]}" },
+        { 1, "{\"backend\":\"local\",\"memory_mb\":9223372036854775808}",
+          "{\"detail\":[{\"type\":\"less_than_equal\",\"loc\":[\"body\",\"memory_mb\"],\"msg\":"
+          "\"Input should be less than or equal to 9223372036854775807\",\"input\":9223372036854"
+          "775808,\"ctx\":{\"le\":9223372036854775807}}]}" },
+        { 1, "{\"backend\":\"local\",\"disk_mb\":-123456789012345678901234567890}",
+          "{\"detail\":[{\"type\":\"greater_than\",\"loc\":[\"body\",\"disk_mb\"],\"msg\":\"Inpu"
+          "t should be greater than 0\",\"input\":-123456789012345678901234567890,\"ctx\":{\"gt"
+          "\":0}}]}" },
+        { 1, "{\"backend\":\"local\",\"disk_mb\":-9223372036854775809}",
+          "{\"detail\":[{\"type\":\"greater_than\",\"loc\":[\"body\",\"disk_mb\"],\"msg\":\"Inpu"
+          "t should be greater than 0\",\"input\":-9223372036854775809,\"ctx\":{\"gt\":0}}]}" },
+        { 1, "{\"backend\":\"local\",\"timeout_secs\":-18446744073709551616}",
+          "{\"detail\":[{\"type\":\"greater_than\",\"loc\":[\"body\",\"timeout_secs\"],\"msg\":"
+          "\"Input should be greater than 0\",\"input\":-18446744073709551616,\"ctx\":{\"gt\":0}"
+          "}]}" },
+        { 1, "{\"backend\":\"local\",\"cpu\":-123456789012345678901234567890}",
+          "{\"detail\":[{\"type\":\"greater_than\",\"loc\":[\"body\",\"cpu\"],\"msg\":\"Input sh"
+          "ould be greater than 0\",\"input\":-123456789012345678901234567890,\"ctx\":{\"gt\":0."
+          "0}}]}" },
+        { 1, "{\"backend\":\"local\",\"memory_mb\":1E20}",
+          "{\"detail\":[{\"type\":\"int_parsing_size\",\"loc\":[\"body\",\"memory_mb\"],\"msg\":"
+          "\"Unable to parse input string as an integer, exceeded maximum size\",\"input\":1e+20"
+          "}]}" },
+        { 1, "{\"backend\":\"local\",\"disk_mb\":-9.3e18}",
+          "{\"detail\":[{\"type\":\"int_parsing_size\",\"loc\":[\"body\",\"disk_mb\"],\"msg\":\""
+          "Unable to parse input string as an integer, exceeded maximum size\",\"input\":-9.3e+1"
+          "8}]}" },
+        { 1, "{\"backend\":\"local\",\"memory_mb\":9223372036854775808.0}",
+          "{\"detail\":[{\"type\":\"int_parsing_size\",\"loc\":[\"body\",\"memory_mb\"],\"msg\":"
+          "\"Unable to parse input string as an integer, exceeded maximum size\",\"input\":9.223"
+          "372036854776e+18}]}" },
+        { 1, "{\"backend\":\"local\",\"memory_mb\":2.5}",
+          "{\"detail\":[{\"type\":\"int_from_float\",\"loc\":[\"body\",\"memory_mb\"],\"msg\":\""
+          "Input should be a valid integer, got a number with a fractional part\",\"input\":2.5}"
+          "]}" },
+        { 1, "{\"memory_mb\":-123456789012345678901234567890,\"a\":[1,99999999999999999999]}",
+          "{\"detail\":[{\"type\":\"missing\",\"loc\":[\"body\",\"backend\"],\"msg\":\"Field req"
+          "uired\",\"input\":{\"memory_mb\":-123456789012345678901234567890,\"a\":[1,99999999999"
+          "999999999]}}]}" },
+        { 0, "{\"command\":\"true\",\"timeout_secs\":-123456789012345678901234567890}",
+          "{\"detail\":[{\"type\":\"greater_than\",\"loc\":[\"body\",\"timeout_secs\"],\"msg\":"
+          "\"Input should be greater than 0\",\"input\":-123456789012345678901234567890,\"ctx\":"
+          "{\"gt\":0.0}}]}" },
+    };
+    char *id = cpu_create_local(srv, key, NULL), *ex = path_of("/v1/sandboxes/%s/execute", id);
+    cpu_response *r;
+
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        r = req_s(422, "POST", cases[i].create ? "/v1/sandboxes" : ex, key, NULL,
+                  cases[i].body);
+        cr_expect_str_eq(r->body, cases[i].want, "%s", cases[i].body);
+        cpu_response_free(r);
+    }
+    r = req_s(200, "GET", "/v1/sandboxes", key, NULL, NULL);
+    cr_assert_eq(json_object_array_length(r->json), 1);
+    cpu_response_free(r);
+    free(ex);
+    free(id);
 }
 
 /* The value at @path of the answer as text (a number's digits too), or
@@ -3499,9 +3582,11 @@ threads_back_to(pid_t pid, int want, double secs, double *after)
 /* An execute answered 504 at its deadline (the provider answers nothing)
  * leaves nothing running: its provider call is cancelled at the deadline
  * (sbx_op_cancel()), so the server's threads are back to what they were
- * before it within 1 s out of process (the plugin host ends the call at
- * once; 3 s later before the cancel), not when the provider's calls would
- * have ended; the execution is failed with the
+ * before it within 0.5 s in both plugin modes (the cancel comes after the
+ * command's SIGKILL, so the library frees its handle at once, which ends
+ * the plugin's thread of the command; it used to end 3 s later in
+ * process, when the library gave up waiting for the end), not when the
+ * provider's calls would have ended; the execution is failed with the
  * timeout payload (outcome unknown, not retryable) and metered once, as
  * a failed execution is (CONTROL-PLANE.md §1: usage still metered): one
  * usage event, "runtime_seconds" in seconds, of the execution, whose
@@ -3518,12 +3603,7 @@ Test(server, an_execute_answered_504_leaves_no_thread_behind, .timeout = 120)
     int base, n;
     double after, bound;
 
-    /* Out of process the plugin host ends the cancelled call at once; in
-     * process the e2b plugin's own thread of the command, which the cancel
-     * does not stop, ends by its calls' deadlines (about 3 s after the 504
-     * here). */
-    bound = getenv("SBX_PLUGIN_MODE") && !strcmp(getenv("SBX_PLUGIN_MODE"), "inprocess")
-                ? 3 + 2.0 : 1.0;
+    bound = 0.5;
     s = start_with_e2b_and(furl, "BESPOKE_PROVIDER_TIMEOUT_SECS=2");
     k = cpu_bootstrap(s, "eta", NULL);
     r = cpu_http(s->url, "POST", "/v1/sandboxes", k, NULL, "{\"backend\":\"e2b\"}");
@@ -3599,6 +3679,58 @@ Test(server, an_execute_answered_504_leaves_no_thread_behind, .timeout = 120)
     free(id);
     free(k);
     cpu_stop(s);
+    stop_fake(fake, fdir, furl);
+}
+
+/* A pool of provider calls that cannot be made (SBX_SERVER_TEST_ASYNC_FAULT
+ * fails its eventfd or its dispatching thread as the system would) is
+ * named in the log, each time an execute needs it, and the execute still
+ * runs, on the request's thread. */
+Test(server, a_pool_that_cannot_start_is_named, .timeout = 120)
+{
+    static const struct {
+        const char *fault, *why;
+    } cases[] = {
+        { "SBX_SERVER_TEST_ASYNC_FAULT=eventfd", "eventfd: Too many open files" },
+        { "SBX_SERVER_TEST_ASYNC_FAULT=thread",
+          "the dispatching thread: Resource temporarily unavailable" },
+    };
+    pid_t fake;
+    char *fdir, *furl = start_e2b_fake_with(NULL, &fake, &fdir);
+
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        cpu_server *s = start_with_e2b_and(furl, cases[i].fault);
+        char *k = cpu_bootstrap(s, "pool", NULL), *id, *pe, *log, *want;
+        const char *at;
+        cpu_response *r;
+        int lines = 0;
+
+        r = cpu_http(s->url, "POST", "/v1/sandboxes", k, NULL, "{\"backend\":\"e2b\"}");
+        cr_assert_eq(r->status, 201, "%s", r->body);
+        id = strdup(cpu_jstr(r, "id"));
+        cpu_response_free(r);
+        pe = path_of("/v1/sandboxes/%s/execute", id);
+        for (int n = 0; n < 2; n++) {
+            r = cpu_http(s->url, "POST", pe, k, NULL, "{\"command\":\"echo hi\"}");
+            cr_assert_eq(r->status, 200, "%s", r->body);
+            cr_assert_str_eq(cpu_jstr(r, "stdout"), "hi\n");
+            cpu_response_free(r);
+        }
+        log = cpu_read_log(s, 1);
+        want = tu_strdup_printf("sbx-server: cannot start the pool of provider calls (%s): the "
+                                "execute runs on the request's thread, answered when its "
+                                "provider call ends rather than at its deadline\n",
+                                cases[i].why);
+        for (at = log; (at = strstr(at, want)) != NULL; at++)
+            lines++;
+        cr_assert_eq(lines, 2, "%s", log);
+        free(want);
+        free(log);
+        free(pe);
+        free(id);
+        free(k);
+        cpu_stop(s);
+    }
     stop_fake(fake, fdir, furl);
 }
 
