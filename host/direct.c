@@ -49,9 +49,24 @@
  * send that fails before the request went out sends the command through
  * the plugin host instead, whose plugin then reports what is wrong in its
  * own words.
+ *
+ * A supervisor that does not answer (stopped by SIGSTOP, hung): EXEC_QUIET
+ * carries start_by, the end of the command's timeout (or the call's
+ * deadline), and the supervisor starts nothing it reads whole only after
+ * it. At the timeout the library's KILL goes out; when it is not answered
+ * within PROTO_ANSWER_SECS while the supervisor is stopped (or stays unread
+ * for DIRECT_KILL_ACK_SECS: hung), the kill and the wait fail with a
+ * timeout error naming the sandbox and its supervisor, and the connection
+ * is closed without waiting further: an exec with a timeout of T seconds
+ * returns within about T + PROTO_ANSWER_SECS. When the request
+ * itself was still unread at start_by (SIOCOUTQ, proto_unread_bytes), the
+ * command never starts: outcome failed, context started=no; otherwise it
+ * may have started (outcome unknown, started=unknown), and the
+ * supervisor, once it runs again, reads the close and ends its tree.
  */
 #include <errno.h>
 #include <fcntl.h>
+#include <math.h>
 #include <poll.h>
 #include <pthread.h>
 #include <signal.h>
@@ -108,9 +123,15 @@ struct sbx_plugin_process {
     unsigned kills_sent, kills_acked;
     char *sandbox_id, *cwd;
     double expires_at, lifetime;
+    pid_t sup_pid;              /* the supervisor (for messages) */
+    double start_by;            /* CLOCK_MONOTONIC; 0 none (proto.h, EXEC) */
+    int not_started;            /* the request was unread at start_by */
+    int stalled;                /* the supervisor did not answer a KILL */
+    double stall_secs;          /* for how long */
 };
 
-enum { IO_OK = 0, IO_TIMEOUT, IO_CANCEL, IO_EOF, IO_ERR };
+/* IO_STALL: the supervisor did not answer (send_kill). */
+enum { IO_OK = 0, IO_TIMEOUT, IO_CANCEL, IO_EOF, IO_ERR, IO_STALL };
 
 void
 sbx_direct_ep_free(sbx_direct_ep *ep)
@@ -382,6 +403,13 @@ sbx_direct_exec_start(sbx_sandbox *sandbox, const sbx_call_ctx *ctx,
     for (uint32_t i = 0; i < envc; i++)
         proto_put_str(&b, rq->env[i]);
     proto_put_str(&b, ep->cwd);
+    /* Nothing starts after the caller stops waiting for it. */
+    double start_by = rq->struct_size >= offsetof(sbx_plugin_exec_request, start_deadline)
+                                         + sizeof(rq->start_deadline) ? rq->start_deadline : 0;
+    if (ctx && ctx->deadline > 0 && (start_by <= 0 || ctx->deadline < start_by))
+        start_by = ctx->deadline;
+    if (start_by > 0)
+        proto_put_u64(&b, (uint64_t)(start_by * 1e9));
     for (int i = 0; i < PROTO_EXEC_FDS; i++) {
         if (fds[i] >= 0)
             continue;
@@ -402,6 +430,8 @@ sbx_direct_exec_start(sbx_sandbox *sandbox, const sbx_call_ctx *ctx,
     p->fd = fd;
     p->expires_at = ep->expires_at;
     p->lifetime = ep->lifetime;
+    p->sup_pid = ep->pid;
+    p->start_by = start_by > 0 ? start_by : 0;
     fd = -1;
     *process = p;
     p = NULL;
@@ -600,10 +630,32 @@ static void start_fail(sbx_error **err, const struct sbx_plugin_process *p)
                               "\"%s\" cannot be used in sandbox %s: %s", p->cwd,
                               p->sandbox_id, strerror(p->err_no));
         sbx_error_add_context(e, "path", p->cwd);
+    } else if (p->err_kind == PROTO_ERR_DEADLINE) {
+        /* Read only after its timeout's end: it never ran. */
+        e = sbx_set_error(err, SBX_ERROR_TIMEOUT, "exec", "the supervisor of sandbox %s took "
+                          "the command in only after its timeout: it did not start (%s)",
+                          p->sandbox_id, p->err_msg ? p->err_msg : "refused");
+        sbx_error_add_context(e, "started", "no");
     } else {
         sbx_set_error(err, SBX_ERROR_EXECUTION_FAILED, "exec", "supervisor of sandbox %s: %s",
                       p->sandbox_id, p->err_msg ? p->err_msg : "request refused");
     }
+}
+
+/* The error of a command whose supervisor did not answer a KILL (stopped,
+ * hung): whether it started, as far as known. */
+static void stall_fail(sbx_error **err, const struct sbx_plugin_process *p, const char *op)
+{
+    char msg[512];
+    sbx_error *e;
+
+    proto_stall_message(msg, sizeof(msg), p->sandbox_id, p->sup_pid, p->stall_secs,
+                        p->not_started);
+    e = sbx_set_error(err, SBX_ERROR_TIMEOUT, op, "%s", msg);
+    sbx_error_add_context(e, "started", p->not_started ? "no" : "unknown");
+    sbx_error_add_contextf(e, "supervisor_pid", "%d", (int)p->sup_pid);
+    if (!p->not_started)
+        sbx_error_set_outcome(e, SBX_ERROR_OUTCOME_UNKNOWN);
 }
 
 /* The error of a command whose connection was lost before its end. */
@@ -638,6 +690,7 @@ static int direct_exec_wait(sbx_plugin_process *p, const sbx_call_ctx *ctx, int 
     for (;;) {
         pthread_mutex_lock(&p->lock);
         int exited = p->exited, lost = p->lost, code = p->code, start_failed = p->start_failed;
+        int stalled = p->stalled;
         pthread_mutex_unlock(&p->lock);
         if (exited) {
             if (exit_code)
@@ -646,6 +699,10 @@ static int direct_exec_wait(sbx_plugin_process *p, const sbx_call_ctx *ctx, int 
         }
         if (start_failed) {
             start_fail(error, p);
+            return -1;
+        }
+        if (stalled) {
+            stall_fail(error, p, "exec_wait");
             return -1;
         }
         if (lost) {
@@ -667,23 +724,46 @@ static int direct_exec_event_fd(sbx_plugin_process *p)
     return p->fd;
 }
 
-/* Sends KILL(@sig) and waits (until @until) for its acknowledgement. */
+/* Records that the supervisor did not answer what was sent at @sent_at. */
+static int stall(struct sbx_plugin_process *p, double sent_at)
+{
+    pthread_mutex_lock(&p->lock);
+    p->stalled = 1;
+    p->stall_secs = round((sbx_monotonic_now() - sent_at) * 10.0) / 10.0;
+    pthread_mutex_unlock(&p->lock);
+    return IO_STALL;
+}
+
+/* Sends KILL(@sig) and waits (until @until) for its acknowledgement;
+ * IO_STALL when the supervisor does not answer: stopped PROTO_ANSWER_SECS
+ * after the send (it cannot until continued), or the frame still unread
+ * at @until (hung: a serving supervisor reads it at once, however long the
+ * kill then takes). */
 static int send_kill(struct sbx_plugin_process *p, int sig, double until)
 {
     proto_buf b;
     unsigned target;
-    int lost, r;
+    int lost, stalled, r;
+    double sent_at, stall_at;
 
     proto_buf_init(&b, PROTO_KILL);
     proto_put_i32(&b, sig);
     pthread_mutex_lock(&p->wlock);
     pthread_mutex_lock(&p->lock);
     lost = p->lost;
+    stalled = p->stalled;
+    /* The request, alone on the connection so far, still unread at its
+     * start_by: the supervisor will refuse it (proto.h, EXEC). */
+    if (!lost && !stalled && p->kills_sent == 0 && p->start_by > 0
+        && sbx_monotonic_now() >= p->start_by && proto_unread_bytes(p->fd) > 0)
+        p->not_started = 1;
     target = ++p->kills_sent;
     pthread_mutex_unlock(&p->lock);
-    r = lost ? IO_EOF : send_frame(p->fd, &b, NULL, 0, until);
+    r = lost ? IO_EOF : stalled ? IO_STALL : send_frame(p->fd, &b, NULL, 0, until);
     pthread_mutex_unlock(&p->wlock);
     proto_buf_free(&b);
+    sent_at = sbx_monotonic_now();
+    stall_at = sent_at + PROTO_ANSWER_SECS;
     while (r == IO_OK) {
         pthread_mutex_lock(&p->lock);
         int done = p->kills_acked >= target;
@@ -693,9 +773,15 @@ static int send_kill(struct sbx_plugin_process *p, int sig, double until)
             return IO_OK;
         if (lost)
             return IO_EOF;
-        r = pump(p, until, -1);
+        r = pump(p, stall_at > 0 && stall_at < until ? stall_at : until, -1);
         if (r == IO_EOF)
             r = IO_OK;
+        if (r == IO_TIMEOUT && stall_at > 0 && stall_at < until) {
+            stall_at = 0;
+            r = proto_proc_stopped(p->sup_pid) ? stall(p, sent_at) : IO_OK;
+        } else if (r == IO_TIMEOUT && proto_unread_bytes(p->fd) > 0) {
+            r = stall(p, sent_at);
+        }
     }
     return r;
 }
@@ -715,7 +801,10 @@ static int direct_exec_kill(sbx_plugin_process *p, const sbx_call_ctx *ctx, int 
     /* A connection that is gone means the supervisor ended the tree. */
     if (r == IO_OK || r == IO_EOF)
         return 0;
-    io_fail(error, r, "exec_kill", p->sandbox_id, "kill");
+    if (r == IO_STALL)
+        stall_fail(error, p, "exec_kill");
+    else
+        io_fail(error, r, "exec_kill", p->sandbox_id, "kill");
     return -1;
 }
 
@@ -724,7 +813,9 @@ static void direct_exec_free(sbx_plugin_process *p)
     if (!p)
         return;
     pthread_mutex_lock(&p->lock);
-    int running = !p->exited && !p->lost;
+    /* A supervisor that does not answer gets the close only: it ends the
+     * tree once it runs again, and nothing waits for it meanwhile. */
+    int running = !p->exited && !p->lost && !p->stalled;
     pthread_mutex_unlock(&p->lock);
     /* As the plugin's free (plugins/local/local.c): an EXIT that came and
      * was not read yet ends it; one still running has its whole tree ended

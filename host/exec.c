@@ -34,7 +34,13 @@
  *  - without an event descriptor, before that EOF, it checks exec_wait(0)
  *    on a growing tick;
  *  - at the deadline the process tree gets SIGTERM, SBX_KILL_GRACE_SECS
- *    later SIGKILL; the result is exit code 124 with timed_out set;
+ *    later SIGKILL; the result is exit code 124 with timed_out set. The
+ *    plugin learns when the timeout ends (start_deadline) and starts
+ *    nothing after it; a plugin whose process could not be reached to
+ *    signal it (a local supervisor stopped or hung: its exec_kill and then
+ *    exec_wait fail with a timeout error, PROTO_ANSWER_SECS after the
+ *    kill) fails the exec with that error instead, which says whether the
+ *    command started (outcome failed: it did not and never will);
  *  - when the calling thread's call scope has a cancel descriptor (an
  *    asynchronous operation's, see sbx_call_scope_set), it is polled too:
  *    once readable, the process tree gets the same SIGTERM, then SIGKILL,
@@ -970,6 +976,15 @@ exec_begin(exec_state *st, sbx_sandbox *sandbox, const sbx_exec_request *request
     }
 
     *start = sbx_monotonic_now();
+    /* Once the timeout ends (or the call's deadline comes) nobody waits for
+     * the command: it must not start after that (a supervisor stopped
+     * meanwhile would run it once continued, long after the caller was
+     * told it ended). */
+    if (*timeout > 0 && isfinite(*timeout))
+        preq.start_deadline = *start + *timeout;
+    if (st->ctx.deadline > 0
+        && (preq.start_deadline == 0 || st->ctx.deadline < preq.start_deadline))
+        preq.start_deadline = st->ctx.deadline;
     if (direct && sbx_direct_exec_start(sandbox, &st->ctx, &preq, &st->proc) == 0) {
         st->plugin = sbx_direct_plugin();
     } else if (start_fn(sandbox->handle, &st->ctx, &preq, &st->proc, &perr) != 0) {

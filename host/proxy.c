@@ -1332,6 +1332,8 @@ encode_arg(const sbx_slot_row *row, unsigned i, void **av, sbx_wire_msg *m, call
                                                    + sizeof(r->flags) ? r->flags : 0);
         sbx_wire_put_fd_borrowed(m, r->struct_size >= offsetof(sbx_plugin_exec_request, exit_fd)
                                         + sizeof(r->exit_fd) ? r->exit_fd : -1);
+        sbx_wire_put_f64(m, r->struct_size >= offsetof(sbx_plugin_exec_request, start_deadline)
+                                + sizeof(r->start_deadline) ? r->start_deadline : 0);
         break;
     }
     case SBX_ENC_FILE_FN:

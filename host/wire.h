@@ -46,10 +46,11 @@
  * descriptor after the flags; plugin ABI 1.5). Version 8: a new sandbox's
  * handle in a reply (create, resume) is followed by its id, its root and
  * its session state (three strings, each may be null), which the library
- * keeps instead of asking for them. A library and a host of different
- * versions refuse each other at HELLO. */
-#define SBX_WIRE_VERSION_MIN 8
-#define SBX_WIRE_VERSION_MAX 8
+ * keeps instead of asking for them. Version 9: the exec request carries
+ * `start_deadline` (an f64 after the exit descriptor; plugin ABI 1.6). A
+ * library and a host of different versions refuse each other at HELLO. */
+#define SBX_WIRE_VERSION_MIN 9
+#define SBX_WIRE_VERSION_MAX 9
 /** Largest frame (header + body) sent as one packet, bytes. A larger body
  *  travels in a memfd passed beside a header-only packet (flag
  *  SBX_WIRE_BODY_IN_FD in the type), so a frame has no size limit. */

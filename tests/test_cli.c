@@ -2746,7 +2746,7 @@ Test(cli, version_command_lists_library_abi_and_plugins)
     cli_run r = SBX("version");
     char want[PATH_MAX * 2];
 
-    set_path(want, sizeof want, "sbx:         %s\nlibsbx:      %s\nplugin ABI:  1.5\nplugins:\n",
+    set_path(want, sizeof want, "sbx:         %s\nlibsbx:      %s\nplugin ABI:  1.6\nplugins:\n",
              sbx_version(), sbx_version());
     cr_expect_eq(r.status, 0, "%d %s", r.status, r.err);
     cr_expect(strncmp(r.out, want, strlen(want)) == 0, "got \"%s\"", r.out);
@@ -2757,7 +2757,7 @@ Test(cli, version_command_lists_library_abi_and_plugins)
     cr_assert_eq(sscanf(row, " %63s %63s ABI %63s %4095s", name, version, abi, path), 4,
                  "row \"%s\"", row);
     cr_expect_str_eq(version, sbx_version());
-    cr_expect_str_eq(abi, "1.5");
+    cr_expect_str_eq(abi, "1.6");
     cr_expect(strlen(path) > 28 &&
               strcmp(path + strlen(path) - 28, "/plugins/local/.libs/libsbx-local.so" + 8) == 0,
               "path %s", path);
@@ -2766,7 +2766,7 @@ Test(cli, version_command_lists_library_abi_and_plugins)
     json_object *doc = json_tokener_parse(r.out), *v;
     cr_assert(doc != NULL, "%s", r.out);
     cr_expect(json_object_object_get_ex(doc, "plugin_abi", &v) &&
-              strcmp(json_object_get_string(v), "1.5") == 0);
+              strcmp(json_object_get_string(v), "1.6") == 0);
     cr_expect(json_object_object_get_ex(doc, "libsbx", &v) &&
               strcmp(json_object_get_string(v), sbx_version()) == 0);
     json_object_put(doc);

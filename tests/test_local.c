@@ -15,6 +15,12 @@
  *   sandbox is left (setsid'd and double-forked background processes, an
  *   exec in flight and the exec reapers), and resume (what `sbx rm` does)
  *   says not_found and removes the directory, and so does `sbx rm`;
+ * - a command with a timeout of 1 s sent to a sandbox whose supervisor is
+ *   stopped (SIGSTOP), in both plugin modes, out of process both straight
+ *   to the supervisor and through the plugin host: the call fails within
+ *   5 s with a timeout error saying the command did not start and never
+ *   will, and after SIGCONT it never runs; a supervisor continued after the
+ *   timeout refuses the request it reads late;
  * - random frames on a sandbox's socket leave its supervisor serving;
  * - destroy returns once no process the sandbox's commands started is
  *   alive (background and escaped ones included), the supervisor's idle
@@ -416,6 +422,185 @@ Test(supervisor, a_supervisor_that_does_not_answer_resumes_for_destroy_only)
     free(meta);
     free(json);
 }
+
+/* ------------------------------------------- a stopped supervisor */
+
+/* How many processes have @word in their command line, its arguments
+ * joined by spaces (host-wide: a bubblewrap sandbox's are host processes
+ * too). */
+static int count_with_arg(const char *word)
+{
+    int n = 0;
+    DIR *d = opendir("/proc");
+    cr_assert_not_null(d);
+    struct dirent *e;
+    while ((e = readdir(d)) != NULL) {
+        long v = strtol(e->d_name, NULL, 10);
+        if (v <= 0 || v == (long)getpid())
+            continue;
+        char path[64], buf[4096];
+        snprintf(path, sizeof path, "/proc/%ld/cmdline", v);
+        int fd = open(path, O_RDONLY | O_CLOEXEC);
+        if (fd < 0)
+            continue;
+        ssize_t len = read(fd, buf, sizeof buf - 1);
+        close(fd);
+        if (len <= 0)
+            continue;
+        for (ssize_t i = 0; i < len; i++)
+            if (buf[i] == '\0')
+                buf[i] = ' ';
+        buf[len] = '\0';
+        n += strstr(buf, word) != NULL;
+    }
+    closedir(d);
+    return n;
+}
+
+/* The exec of a stopped supervisor's sandbox, on another thread. */
+struct stopped_exec {
+    sbx_sandbox *sb;
+    const char *cwd;
+    const char *script;
+    sbx_result *result;
+    sbx_error *error;
+    double took;
+};
+
+static void *run_stopped_exec(void *arg)
+{
+    struct stopped_exec *x = arg;
+    double t0 = tu_now();
+    sbx_exec_request rq = { .struct_size = sizeof(sbx_exec_request), .shell = x->script,
+                            .cwd = x->cwd, .timeout_secs = 1 };
+    x->result = sbx_sandbox_execute_command(x->sb, &rq, &x->error);
+    x->took = tu_now() - t0;
+    return NULL;
+}
+
+/*
+ * A command sent to a sandbox whose supervisor is stopped (SIGSTOP), with
+ * a timeout of 1 s, on @backend in @mode; out of process @cwd NULL takes
+ * the direct path (straight to the supervisor), "/tmp" the plugin host's:
+ *
+ * - the call returns within 5 s (its timeout and PROTO_ANSWER_SECS, 2 s)
+ *   with a timeout error that names the sandbox and its stopped supervisor
+ *   and says the command did not start and never will: outcome failed,
+ *   context started=no;
+ * - 2 s after SIGCONT the command has not run (no marker file, no process
+ *   of it), the sandbox serves the next exec, and destroy leaves nothing;
+ * - a supervisor continued after the timeout but within the grace reads
+ *   the request late and refuses it: a timeout error saying so, nothing
+ *   ran either.
+ */
+static void stopped_supervisor(const char *backend, sbx_plugin_mode mode, const char *cwd)
+{
+    setenv("SBX_TEST_BACKEND", backend, 1);
+    sbx_error *err = NULL;
+    sbx_client *client = sbx_client_new_with_mode(backend, mode, &err);
+    cr_assert_not_null(client, "%s", err ? sbx_error_get0_message(err) : "");
+    sbx_sandbox *sb = tu_create(client, NULL);
+    const char *id = sbx_sandbox_get0_id(sb);
+    char *json = session_state(sb);
+    char *meta = state_str(json, "meta");
+    pid_t sup = (pid_t)state_int(json, "supervisor_pid");
+    /* The path taken: the same command runs through it. */
+    struct stopped_exec x = { .sb = sb, .cwd = cwd, .script = "echo ran" };
+    run_stopped_exec(&x);
+    cr_assert_not_null(x.result, "%s", x.error ? sbx_error_get0_message(x.error) : "");
+    tu_assert_exit(x.result, 0);
+    tu_assert_stdout(x.result, "ran\n");
+    sbx_result_free(x.result);
+
+    tu_stop_pid(sup);
+    x = (struct stopped_exec){ .sb = sb, .cwd = cwd,
+                               .script = "touch \"$TMPDIR/marker\"; exec sleep 1017" };
+    run_stopped_exec(&x);
+    cr_assert_null(x.result, "a result (exit %d) from a stopped supervisor",
+                   sbx_result_get_exit_code(x.result));
+    cr_assert_lt(x.took, 5.0, "the exec returned %.1f s after its start", x.took);
+    cr_assert_gt(x.took, 0.9, "the exec returned %.2f s after its start", x.took);
+    char *want = tu_strdup_printf("the supervisor of sandbox %s (pid %d, stopped) did not "
+                                  "answer for 2 s: the command did not start and never will",
+                                  id, (int)sup);
+    tu_assert_error(x.error, SBX_ERROR_TIMEOUT, want, NULL);
+    cr_assert_str_eq(sbx_error_get0_message(x.error), want);
+    cr_assert_eq(sbx_error_get_outcome(x.error), SBX_ERROR_OUTCOME_FAILED);
+    cr_assert_str_eq(sbx_error_get0_context(x.error, "started"), "no");
+    sbx_error_clear(&x.error);
+
+    cr_assert_eq(kill(sup, SIGCONT), 0);
+    usleep(2000000);
+    expect_sh(sb, "test -e \"$TMPDIR/marker\" && echo ran || echo not-run", "not-run\n");
+    cr_assert_eq(count_with_arg("sleep 1017"), 0, "the command runs after SIGCONT");
+
+    /* Continued between the timeout and the grace's end: read late, refused. */
+    tu_stop_pid(sup);
+    x = (struct stopped_exec){ .sb = sb, .cwd = cwd,
+                               .script = "touch \"$TMPDIR/marker\"; exec sleep 1017" };
+    pthread_t th;
+    cr_assert_eq(pthread_create(&th, NULL, run_stopped_exec, &x), 0);
+    usleep(1500000);
+    cr_assert_eq(kill(sup, SIGCONT), 0);
+    cr_assert_eq(pthread_join(th, NULL), 0);
+    cr_assert_null(x.result, "a result (exit %d) from a request read late",
+                   sbx_result_get_exit_code(x.result));
+    cr_assert_lt(x.took, 5.0, "the exec returned %.1f s after its start", x.took);
+    tu_assert_error(x.error, SBX_ERROR_TIMEOUT, "the supervisor of sandbox ", id,
+                    " took the command in only after its timeout: it did not start "
+                    "(the request was read ", "s after its start deadline: not started)", NULL);
+    cr_assert_eq(sbx_error_get_outcome(x.error), SBX_ERROR_OUTCOME_FAILED);
+    cr_assert_str_eq(sbx_error_get0_context(x.error, "started"), "no");
+    sbx_error_clear(&x.error);
+    usleep(500000);
+    expect_sh(sb, "test -e \"$TMPDIR/marker\" && echo ran || echo not-run", "not-run\n");
+    cr_assert_eq(count_with_arg("sleep 1017"), 0, "the command ran after all");
+
+    cr_assert_eq(sbx_sandbox_destroy(sb, &err), 0, "destroy: %s",
+                 err ? sbx_error_get0_message(err) : "");
+    cr_assert(tu_wait_pid_gone(sup, 5.0), "the supervisor survived: %s", tu_proc_describe(sup));
+    cr_assert(!tu_exists(meta), "destroy left %s", meta);
+    sbx_sandbox_free(sb);
+    sbx_client_free(client);
+    cr_assert_eq(tu_wait_spares_gone(g_tmp, 5.0), 0);
+    cr_assert_eq(tu_count_entries(g_tmp), 0, "%d entries left in %s",
+                 tu_count_entries(g_tmp), g_tmp);
+    free(want);
+    free(meta);
+    free(json);
+}
+
+Test(supervisor, local_stopped_supervisor_direct_exec_times_out_and_never_runs)
+{
+    stopped_supervisor("local", SBX_PLUGIN_MODE_OUT_OF_PROCESS, NULL);
+}
+
+Test(supervisor, local_stopped_supervisor_host_exec_times_out_and_never_runs)
+{
+    stopped_supervisor("local", SBX_PLUGIN_MODE_OUT_OF_PROCESS, "/tmp");
+}
+
+Test(supervisor, local_stopped_supervisor_in_process_exec_times_out_and_never_runs)
+{
+    stopped_supervisor("local", SBX_PLUGIN_MODE_IN_PROCESS, NULL);
+}
+
+#ifdef SBX_TEST_BUBBLEWRAP
+Test(supervisor, bubblewrap_stopped_supervisor_direct_exec_times_out_and_never_runs)
+{
+    stopped_supervisor("bubblewrap", SBX_PLUGIN_MODE_OUT_OF_PROCESS, NULL);
+}
+
+Test(supervisor, bubblewrap_stopped_supervisor_host_exec_times_out_and_never_runs)
+{
+    stopped_supervisor("bubblewrap", SBX_PLUGIN_MODE_OUT_OF_PROCESS, "/tmp");
+}
+
+Test(supervisor, bubblewrap_stopped_supervisor_in_process_exec_times_out_and_never_runs)
+{
+    stopped_supervisor("bubblewrap", SBX_PLUGIN_MODE_IN_PROCESS, NULL);
+}
+#endif
 
 #ifdef SBX_TEST_BUBBLEWRAP
 Test(supervisor, bubblewrap_impostor_listener_gets_nothing_and_destroy_ends_the_sandbox)
@@ -982,10 +1167,10 @@ Test(supervisor, bubblewrap_kill_9_of_the_supervisor_ends_every_process)
 {
     killed_supervisor_leaves_nothing("bubblewrap");
 }
-#define N_TESTS "35"
+#define N_TESTS "41"
 #define BWRAP_PLUGIN " plugins/local/.libs/libsbx-bubblewrap.so"
 #else
-#define N_TESTS "30"
+#define N_TESTS "33"
 #define BWRAP_PLUGIN ""
 #endif
 

@@ -1082,9 +1082,9 @@ Test(plugin_host, the_wire_opens_with_its_own_version_exchange)
     pid_t pid;
     int sock = start_raw_host(&pid);
     char frame[256], *p = frame + sizeof(struct frame_header);
-    /* HELLO: this side speaks wire versions 9 to 11 only. */
-    put32(&p, 9);
-    put32(&p, 11);
+    /* HELLO: this side speaks wire versions 10 to 12 only. */
+    put32(&p, 10);
+    put32(&p, 12);
     put32(&p, 5);
     memcpy(p, "local", 6);
     p += 6;
@@ -1111,8 +1111,8 @@ Test(plugin_host, the_wire_opens_with_its_own_version_exchange)
             q += l + 1;
     }
     uint32_t len = get32(&q);
-    cr_assert_str_eq(q, "wire protocol mismatch: libsbx speaks versions 9 to 11, "
-                        "sbx-plugin-host speaks 8 to 8");
+    cr_assert_str_eq(q, "wire protocol mismatch: libsbx speaks versions 10 to 12, "
+                        "sbx-plugin-host speaks 9 to 9");
     cr_assert_eq(strlen(q), len);
     int status;
     cr_assert_eq(waitpid(pid, &status, 0), pid);

@@ -119,6 +119,7 @@ static void send_exec(int sock, uint64_t call_id, uint64_t sb, int64_t raw_stdin
     sbx_wire_put_i64(&m, raw_stdin);
     sbx_wire_put_u32(&m, 0);       /* flags (wire 4): none */
     sbx_wire_put_fd(&m, -1);       /* exit_fd (wire 7): none */
+    sbx_wire_put_f64(&m, 0);       /* start_deadline (wire 9): none */
     send_ok(sock, &m);
 }
 

@@ -1196,6 +1196,7 @@ decode_arg(const sbx_slot_row *row, unsigned i, sbx_wire_msg *req, call_frame *f
         }
         r->flags = sbx_wire_get_u32(req);
         r->exit_fd = sbx_wire_take_fd(req);
+        r->start_deadline = sbx_wire_get_f64(req);
         if (r->exit_fd < 0)
             r->flags &= ~SBX_PLUGIN_EXEC_EXIT_FD;
         if (r->stdin_fd >= 0)

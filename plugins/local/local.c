@@ -374,6 +374,11 @@ struct sbx_plugin_process {
     char *cwd_shown;            /* the cwd as the caller gave it (or the root) */
     int exit_fd_given;          /* the caller's exit socket went along: the
                                  * end may be known to it and not yet to us */
+    pid_t sup_pid;              /* the supervisor (host pid), for messages */
+    double start_by;            /* CLOCK_MONOTONIC; 0 none (proto.h, EXEC) */
+    int not_started;            /* the request was unread at start_by */
+    int stalled;                /* the supervisor did not answer a request */
+    double stall_secs;          /* for how long */
 };
 
 /* ------------------------------------------------------------------------ */
@@ -428,7 +433,8 @@ typedef struct bound {
     int cancel_fd;
 } bound;
 
-enum { IO_OK = 0, IO_EOF = -1, IO_TIMEOUT = -2, IO_CANCEL = -3, IO_ERR = -4 };
+/* IO_STALL: the supervisor did not answer (proc_request). */
+enum { IO_OK = 0, IO_EOF = -1, IO_TIMEOUT = -2, IO_CANCEL = -3, IO_ERR = -4, IO_STALL = -5 };
 
 static double mono_now(void)
 {
@@ -4583,10 +4589,33 @@ static void start_fail(sbx_error **error, uint32_t kind, int err_no, const char 
                        "working directory \"%s\" cannot be used in sandbox %s: %s",
                        shown, id, strerror(err_no));
         add_context(err, "path", shown);
+    } else if (kind == PROTO_ERR_DEADLINE) {
+        /* Read only after its timeout's end: it never ran. */
+        sbx_error *err = fail(error, SBX_ERROR_TIMEOUT, op, "the supervisor of sandbox %s "
+                              "took the command in only after its timeout: it did not start "
+                              "(%s)", id, msg ? msg : "refused");
+        add_context(err, "started", "no");
     } else {
         fail(error, SBX_ERROR_EXECUTION_FAILED, op, "supervisor of sandbox %s: %s", id,
              msg ? msg : "request refused");
     }
+}
+
+/** Stores the timeout error of an exec in sandbox @id whose supervisor
+ *  (@pid) did not answer a request for @secs: @not_started when the
+ *  command is known never to start (outcome failed), else it may have
+ *  (outcome unknown). */
+static void stall_fail(sbx_error **error, const char *op, const char *id, pid_t pid,
+                       double secs, int not_started)
+{
+    char msg[512], num[16];
+    proto_stall_message(msg, sizeof(msg), id, pid, secs, not_started);
+    sbx_error *err = fail(error, SBX_ERROR_TIMEOUT, op, "%s", msg);
+    add_context(err, "started", not_started ? "no" : "unknown");
+    snprintf(num, sizeof(num), "%d", (int)pid);
+    add_context(err, "supervisor_pid", num);
+    if (!not_started)
+        set_outcome_unknown(err);
 }
 
 /** 1 when @user names the uid the sandbox's commands run as (the
@@ -4766,6 +4795,19 @@ static int local_exec_start(sbx_plugin_sandbox *sandbox, const sbx_call_ctx *ctx
         proto_put_u32(&b, request->tty_cols);
         proto_put_u32(&b, request->stdin_fd >= 0 ? PROTO_TTY_STDIN : 0);
     }
+    /* Nothing starts after the caller stops waiting for it (the end of its
+     * timeout, or the call's deadline): the supervisor refuses a request it
+     * reads whole later (proto.h, EXEC). */
+    double start_by = request->struct_size >= offsetof(sbx_plugin_exec_request, start_deadline)
+                                              + sizeof(request->start_deadline)
+                      ? request->start_deadline : 0;
+    if (ctx && ctx->struct_size >= offsetof(sbx_call_ctx, deadline) + sizeof(double)
+        && ctx->deadline > 0 && (start_by <= 0 || ctx->deadline < start_by))
+        start_by = ctx->deadline;
+    if (start_by > 0)
+        proto_put_u64(&b, (uint64_t)(start_by * 1e9));
+    else
+        start_by = 0;
     if (b.failed) {
         fail(error, SBX_ERROR_INVALID_ARGUMENT, op,
              "command and environment too large (limit %u bytes)", PROTO_MAX_FRAME);
@@ -4800,10 +4842,25 @@ static int local_exec_start(sbx_plugin_sandbox *sandbox, const sbx_call_ctx *ctx
                  strerror(e));
         goto out;
     }
+    double sent_at = mono_now();
     int io = send_frame(fd, &b, fds, nfds, &bd);
     uint32_t type = 0, len = 0;
     /* Unconfirmed, the answer (EXIT, or ERROR when nothing could start) is
-     * exec_wait's to read: the caller waits for one frame, not two. */
+     * exec_wait's to read: the caller waits for one frame, not two. A
+     * supervisor still stopped PROTO_ANSWER_SECS after start_by gets no
+     * longer wait: a request it has not read by then never starts. */
+    if (io == IO_OK && !quiet && start_by > 0 && start_by + PROTO_ANSWER_SECS < bd.until) {
+        bound sb_bd = bd;
+        sb_bd.until = start_by + PROTO_ANSWER_SECS;
+        int w = wait_io(fd, POLLIN, &sb_bd);
+        if (w == IO_TIMEOUT && mono_now() < bd.until && proto_proc_stopped(sb->sup_pid)) {
+            stall_fail(error, op, sb->id, sb->sup_pid,
+                       round((mono_now() - sent_at) * 10.0) / 10.0, proto_unread_bytes(fd) > 0);
+            goto out;
+        }
+        if (w == IO_CANCEL || w == IO_ERR)
+            io = w;
+    }
     if (io == IO_OK && !quiet)
         io = read_frame(fd, &type, &payload, &len, &bd);
     if (io != IO_OK) {
@@ -4854,6 +4911,8 @@ static int local_exec_start(sbx_plugin_sandbox *sandbox, const sbx_call_ctx *ctx
     p->tty = request->tty_rows > 0;
     p->expires_at = sb->expires_at;
     p->lifetime = sb->lifetime;
+    p->sup_pid = sb->sup_pid;
+    p->start_by = start_by;
     fd = -1;
     *process = p;
     rc = 0;
@@ -4939,7 +4998,7 @@ static int local_exec_wait(sbx_plugin_process *process, const sbx_call_ctx *ctx,
     for (;;) {
         pthread_mutex_lock(&p->lock);
         int exited = p->exited, lost = p->lost, code = p->code;
-        int start_failed = p->start_failed;
+        int start_failed = p->start_failed, stalled = p->stalled;
         pthread_mutex_unlock(&p->lock);
         if (exited) {
             if (exit_code)
@@ -4948,6 +5007,11 @@ static int local_exec_wait(sbx_plugin_process *process, const sbx_call_ctx *ctx,
         }
         if (start_failed) {
             start_fail(error, p->err_kind, p->err_no, p->err_msg, p->cwd_shown, p->sandbox_id);
+            return -1;
+        }
+        if (stalled) {
+            stall_fail(error, "exec_wait", p->sandbox_id, p->sup_pid, p->stall_secs,
+                       p->not_started);
             return -1;
         }
         if (lost) {
@@ -5003,20 +5067,35 @@ static int local_exec_event_fd(sbx_plugin_process *process)
  * @bd) for its ack: *@acked (kills_acked or resizes_acked, counted by
  * proc_pump) reaching the count *@sent had once this one was counted in.
  * Returns IO_OK once acked, IO_EOF when the connection is lost (the
- * supervisor ended the tree), or the send's or wait's IO_* failure.
+ * supervisor ended the tree), IO_STALL when the supervisor does not
+ * answer (stopped PROTO_ANSWER_SECS after the send: it cannot until
+ * continued; or the frame still unread at the end of @bd: hung, as a
+ * serving one reads it at once, however long the work then takes), or the
+ * send's or wait's IO_* failure.
  */
 static int proc_request(struct sbx_plugin_process *p, proto_buf *b, unsigned *sent,
                         const unsigned *acked, int skip_exited, const bound *bd)
 {
     pthread_mutex_lock(&p->wlock);
     pthread_mutex_lock(&p->lock);
-    int lost = p->lost || (skip_exited && p->exited);
+    int lost = p->lost || (skip_exited && p->exited), stalled = p->stalled;
+    /* The request, alone on the connection so far, still unread at its
+     * start_by: the supervisor will refuse it (proto.h, EXEC). */
+    if (!lost && !stalled && p->kills_sent == 0 && p->resizes_sent == 0 && p->start_by > 0
+        && mono_now() >= p->start_by && proto_unread_bytes(p->fd) > 0)
+        p->not_started = 1;
     unsigned target = ++*sent;
     pthread_mutex_unlock(&p->lock);
-    int r = lost ? IO_EOF : send_frame(p->fd, b, NULL, 0, bd);
+    int r = lost ? IO_EOF : stalled ? IO_STALL : send_frame(p->fd, b, NULL, 0, bd);
     pthread_mutex_unlock(&p->wlock);
     if (r != IO_OK)
         return r;
+    double sent_at = mono_now();
+    bound stall = *bd;
+    if (sent_at + PROTO_ANSWER_SECS < stall.until)
+        stall.until = sent_at + PROTO_ANSWER_SECS;
+    else
+        stall.until = -1;       /* the caller's bound comes first */
     for (;;) {
         pthread_mutex_lock(&p->lock);
         int done = *acked >= target;
@@ -5026,7 +5105,23 @@ static int proc_request(struct sbx_plugin_process *p, proto_buf *b, unsigned *se
             return IO_OK;
         if (lost)
             return IO_EOF;
-        r = proc_pump(p, bd);
+        r = proc_pump(p, stall.until >= 0 ? &stall : bd);
+        int stopped = 0, hung = 0;
+        if (r == IO_TIMEOUT && stall.until >= 0 && mono_now() < bd->until) {
+            stall.until = -1;
+            stopped = proto_proc_stopped(p->sup_pid);
+            if (!stopped)
+                continue;
+        } else if (r == IO_TIMEOUT) {
+            hung = proto_unread_bytes(p->fd) > 0;
+        }
+        if (stopped || hung) {
+            pthread_mutex_lock(&p->lock);
+            p->stalled = 1;
+            p->stall_secs = round((mono_now() - sent_at) * 10.0) / 10.0;
+            pthread_mutex_unlock(&p->lock);
+            return IO_STALL;
+        }
         if (r != IO_OK && r != IO_EOF)
             return r;
     }
@@ -5060,7 +5155,11 @@ static int local_exec_kill(sbx_plugin_process *process, const sbx_call_ctx *ctx,
     /* A connection that is gone means the supervisor ended the tree. */
     if (r == IO_OK || r == IO_EOF)
         return 0;
-    io_fail(error, r, "exec_kill", p->sandbox_id, "kill");
+    if (r == IO_STALL)
+        stall_fail(error, "exec_kill", p->sandbox_id, p->sup_pid, p->stall_secs,
+                   p->not_started);
+    else
+        io_fail(error, r, "exec_kill", p->sandbox_id, "kill");
     return -1;
 }
 
@@ -5101,6 +5200,10 @@ static int local_exec_resize(sbx_plugin_process *process, const sbx_call_ctx *ct
     /* A command that ended has no terminal left to size: nothing to do. */
     if (r == IO_EOF)
         return 0;
+    if (r == IO_STALL) {
+        stall_fail(error, op, p->sandbox_id, p->sup_pid, p->stall_secs, p->not_started);
+        return -1;
+    }
     if (r != IO_OK) {
         io_fail(error, r, op, p->sandbox_id, "resize");
         return -1;
@@ -5119,7 +5222,9 @@ static void local_exec_free(sbx_plugin_process *process)
     if (!p)
         return;
     pthread_mutex_lock(&p->lock);
-    int running = !p->exited && !p->lost;
+    /* A supervisor that does not answer gets the close only: it ends the
+     * tree once it runs again, and nothing waits for it meanwhile. */
+    int running = !p->exited && !p->lost && !p->stalled;
     pthread_mutex_unlock(&p->lock);
     /* Whether it still runs decides a kill below, which a caller with an
      * exit socket never gets (it took the end from there, or frees a

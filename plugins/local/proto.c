@@ -16,10 +16,12 @@
 #include <time.h>
 #include <sys/wait.h>
 #include <unistd.h>
+#include <sys/ioctl.h>
 #include <sys/stat.h>
 #include <sys/socket.h>
 #include <sys/syscall.h>
 #include <sys/un.h>
+#include <linux/sockios.h>
 
 /** Makes room for @n more bytes; sets failed when it cannot. */
 static int buf_reserve(proto_buf *b, size_t n)
@@ -769,4 +771,30 @@ int proto_clean_bwrap_root(const char *root)
     unlinkat(dfd, ".sbx", AT_REMOVEDIR);
     close(dfd);
     return 0;
+}
+
+int proto_unread_bytes(int fd)
+{
+    int n = 0;
+    if (ioctl(fd, SIOCOUTQ, &n) < 0)
+        return -1;
+    return n;
+}
+
+int proto_proc_stopped(pid_t pid)
+{
+    proto_proc st;
+    return proto_proc_stat(pid, &st) == 0 && (st.state == 'T' || st.state == 't');
+}
+
+char *proto_stall_message(char *buf, size_t size, const char *id, pid_t pid, double secs,
+                          int not_started)
+{
+    int stopped = proto_proc_stopped(pid);
+    snprintf(buf, size, "the supervisor of sandbox %s (pid %d%s) did not answer for %g s: %s",
+             id, (int)pid, stopped ? ", stopped" : "", secs,
+             not_started ? "the command did not start and never will"
+                         : "the command may have started; it is ended once the supervisor "
+                           "runs again");
+    return buf;
 }

@@ -114,13 +114,25 @@
  *
  *     EXEC    u32 argc, argc x str, u32 envc, envc x str "K=V" (overlay),
  *             str cwd (host path), and optionally u32 tty_rows, u32
- *             tty_cols, u32 tty_flags (PROTO_TTY_*; rows 0 = no terminal);
+ *             tty_cols, u32 tty_flags (PROTO_TTY_*; rows 0 = no terminal),
+ *             and optionally u64 start_by (the two told apart by the bytes
+ *             left after cwd: 0, 8 start_by, 12 the terminal, 20 both);
  *             stdin, stdout and stderr ride along as SCM_RIGHTS with the
- *             first byte of the frame. With a terminal the supervisor makes
- *             a pseudo-terminal (inside the sandbox, where it runs), the
- *             command gets its slave as stdin, stdout, stderr and
- *             controlling terminal, its bytes go to stdout, stdin's bytes
- *             to it; stderr is closed at once.
+ *             first byte of the frame. start_by (CLOCK_MONOTONIC
+ *             nanoseconds; absent or 0: none) is when the caller stops
+ *             waiting for the command to start (its timeout's end): a
+ *             request the supervisor has read whole only at or after it is
+ *             refused, ERROR PROTO_ERR_DEADLINE, and nothing starts, so a
+ *             command a caller gave up on (a supervisor stopped, SIGSTOP, or
+ *             starved meanwhile) never runs later. Caller and supervisor
+ *             share CLOCK_MONOTONIC (bubblewrap makes no time namespace).
+ *             A caller may tell from its socket that the supervisor has not
+ *             read the request whole yet (proto_unread_bytes): at or after
+ *             start_by that means the command never runs. With a terminal
+ *             the supervisor makes a pseudo-terminal (inside the sandbox,
+ *             where it runs), the command gets its slave as stdin, stdout,
+ *             stderr and controlling terminal, its bytes go to stdout,
+ *             stdin's bytes to it; stderr is closed at once.
  *             <- STARTED i32 pid, later EXIT i32 code; or ERROR.
  *     EXEC_QUIET  the same as EXEC without a terminal, for a caller that
  *             waits for the end only: no STARTED comes
@@ -136,7 +148,14 @@
  *     KILL    i32 signal, on an EXEC connection  <- KILLED, once the signal
  *             went to the command's whole tree (for SIGKILL: once nothing of
  *             it is left, within a bound). A connection closed before EXIT
- *             kills the tree too.
+ *             kills the tree too. A caller whose KILL (or RESIZE) is not
+ *             answered within PROTO_ANSWER_SECS while the supervisor is
+ *             stopped, or stays unread (proto_unread_bytes) for its whole
+ *             bound, takes the supervisor as not answering: it fails with a
+ *             timeout error naming the sandbox and saying whether the command
+ *             started, and closes the connection without waiting further;
+ *             once the supervisor runs again it reads the close and ends the
+ *             tree (a request it reads after its start_by starts nothing).
  *     PING                                        <- PONG u32 version
  *     DESTROY                                     <- DESTROYED, then EOF
  *             DESTROYED comes once the --remove PATH (CLAIM's PATH) is
@@ -165,7 +184,7 @@
 #include <sys/types.h>
 
 /** Bumped whenever a frame changes shape. */
-#define PROTO_VERSION 8u
+#define PROTO_VERSION 9u
 
 /** The supervisor's exit status when it ended the sandbox on its own
  *  (lifetime, owners gone, a signal); 0 after DESTROY. */
@@ -252,8 +271,43 @@ typedef enum proto_type {
 typedef enum proto_err_kind {
     PROTO_ERR_INTERNAL = 1,   /* the supervisor failed (message says why) */
     PROTO_ERR_CWD = 2,        /* the working directory cannot be used */
-    PROTO_ERR_PROTOCOL = 3    /* malformed request */
+    PROTO_ERR_PROTOCOL = 3,   /* malformed request */
+    PROTO_ERR_DEADLINE = 4    /* EXEC read whole at or after its start_by:
+                               * nothing started (errno ETIMEDOUT) */
 } proto_err_kind;
+
+/** Seconds a caller waits for the answer to a KILL or RESIZE of a
+ *  supervisor that is stopped (SIGSTOP, a debugger: proto_proc_stopped)
+ *  before it takes it as not answering (see KILL): a command with a
+ *  timeout returns at most about this long after its timeout when its
+ *  supervisor is stopped. One that is not stopped but leaves the frame
+ *  unread (proto_unread_bytes) for the caller's whole bound (hung) is not
+ *  answering either; one that read it is at work on it (a SIGKILL's wait
+ *  for the tree's end takes up to 2 s), and is waited for. */
+#define PROTO_ANSWER_SECS 2.0
+
+/** 1 when @pid is stopped (state T, or t: by a tracer), else 0. */
+int proto_proc_stopped(pid_t pid);
+
+/**
+ * Bytes sent on connected unix stream socket @fd that its peer has not read
+ * yet (SIOCOUTQ: what the kernel still holds of them, so more than were
+ * sent; 0 once the peer has read everything). -1 with errno on error. A
+ * request is read whole when this is 0 after it was sent and before
+ * anything else was.
+ */
+int proto_unread_bytes(int fd);
+
+/**
+ * The message of a timeout on a supervisor that did not answer a request
+ * for @secs seconds: it names sandbox @id and supervisor @pid (saying it is
+ * stopped when /proc says so) and, with @not_started, that the command did
+ * not start and never will (it was read after its start_by), else that it
+ * may have started and ends once the supervisor runs again. Into @buf of
+ * @size bytes; returns @buf.
+ */
+char *proto_stall_message(char *buf, size_t size, const char *id, pid_t pid, double secs,
+                          int not_started);
 
 /** A frame under construction; the header is filled by proto_buf_finish. */
 typedef struct proto_buf {

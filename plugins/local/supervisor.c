@@ -948,10 +948,12 @@ static void report(int fd, int32_t tag, int32_t value)
  * @payload. Returns 0, EPROTO when the payload is malformed, or ENOMEM.
  */
 static int parse_exec(const unsigned char *payload, size_t len, char ***argv, uint32_t *argc,
-                      char ***overlay, uint32_t *envc, const char **cwd, exec_tty *tty)
+                      char ***overlay, uint32_t *envc, const char **cwd, exec_tty *tty,
+                      uint64_t *start_by)
 {
     proto_reader r;
     *argv = *overlay = NULL;
+    *start_by = 0;
     memset(tty, 0, sizeof(*tty));
     proto_reader_init(&r, payload, len);
     *argc = proto_get_u32(&r);
@@ -972,13 +974,17 @@ static int parse_exec(const unsigned char *payload, size_t len, char ***argv, ui
     for (uint32_t i = 0; i < *envc; i++)
         (*overlay)[i] = (char *)proto_get_str(&r);
     *cwd = proto_get_str(&r);
-    if (!r.failed && r.left != 0) {
+    /* What follows cwd, told apart by its size: the terminal (3 x u32),
+     * start_by (u64), or both. */
+    if (!r.failed && (r.left == 12 || r.left == 20)) {
         tty->rows = proto_get_u32(&r);
         tty->cols = proto_get_u32(&r);
         tty->flags = proto_get_u32(&r);
         if (tty->rows > UINT16_MAX || tty->cols > UINT16_MAX || !tty->rows != !tty->cols)
             goto bad;
     }
+    if (!r.failed && r.left == 8)
+        *start_by = proto_get_u64(&r);
     if (r.failed || r.left != 0)
         goto bad;
     return 0;
@@ -1367,7 +1373,9 @@ static void __attribute__((noreturn)) reaper_main(int fd)
 
         if (reaper_recv_job(fd, &payload, &len, fds, &quiet) < 0)
             _exit(0);
-        int err = parse_exec(payload, len, &argv, &argc, &overlay, &envc, &cwd, &tty);
+        uint64_t start_by;
+        int err = parse_exec(payload, len, &argv, &argc, &overlay, &envc, &cwd, &tty,
+                             &start_by);
         if (err == 0 && !(envp = env_merge(overlay, envc)))
             err = ENOMEM;
         /* With a terminal the supervisor sent its master in stderr's place. */
@@ -1604,7 +1612,8 @@ static void do_exec(conn *c, const unsigned char *payload, size_t len, int quiet
                    "three or four), once");
         goto out;
     }
-    e = parse_exec(payload, len, &argv, &argc, &overlay, &envc, &cwd, &tty);
+    uint64_t start_by;
+    e = parse_exec(payload, len, &argv, &argc, &overlay, &envc, &cwd, &tty, &start_by);
     if (e == EPROTO) {
         conn_error(c, PROTO_ERR_PROTOCOL, EPROTO, "malformed EXEC request");
         goto out;
@@ -1612,6 +1621,21 @@ static void do_exec(conn *c, const unsigned char *payload, size_t len, int quiet
     if (e != 0) {
         conn_error(c, PROTO_ERR_INTERNAL, ENOMEM, "out of memory");
         goto out;
+    }
+    /* Read whole only after the caller stopped waiting for its start (this
+     * process was stopped or starved meanwhile): nothing starts, ever. The
+     * frame is in, so a caller that still saw it unread at start_by knows
+     * the command never runs (proto.h, EXEC). */
+    if (start_by != 0) {
+        struct timespec ts;
+        clock_gettime(CLOCK_MONOTONIC, &ts);
+        uint64_t now = (uint64_t)ts.tv_sec * 1000000000u + (uint64_t)ts.tv_nsec;
+        if (now >= start_by) {
+            snprintf(msg, sizeof(msg), "the request was read %.3f s after its start "
+                     "deadline: not started", (double)(now - start_by) / 1e9);
+            conn_error(c, PROTO_ERR_DEADLINE, ETIMEDOUT, msg);
+            goto out;
+        }
     }
 
     /* The working directory must exist before anything runs. */

@@ -1438,7 +1438,14 @@ typedef void (*sbx_output_fn)(sbx_stream stream, const void *data, size_t len,
  *    for a sandbox without a lifetime (SBX_TIMEOUT_NONE); < 0 none.
  *    On expiry the command's whole process tree gets SIGTERM, then SIGKILL
  *    after SBX_KILL_GRACE_SECS; the result has timed_out = 1 and exit code
- *    124.
+ *    124. A command not started by then never starts (backends that can
+ *    tell: local, bubblewrap, safehouse). When the process that runs the
+ *    sandbox's commands cannot be reached to end it (local, bubblewrap,
+ *    safehouse: its supervisor stopped, as by SIGSTOP), the call fails
+ *    instead, at most 2 s after the timeout, with a timeout error naming the
+ *    sandbox and its supervisor, context "started" "no" (outcome failed:
+ *    nothing ran, nothing will) or "unknown" (outcome unknown: the command
+ *    may have run; its tree is ended once the supervisor runs again).
  *  - output_limit: bytes kept per stream; 0 = SBX_DEFAULT_OUTPUT_LIMIT.
  *    Output past it is read and dropped (the command never blocks on it)
  *    and the stream's truncated flag is set.

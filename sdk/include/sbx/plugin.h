@@ -58,7 +58,7 @@ extern "C" {
 #endif
 
 #define SBX_PLUGIN_ABI_MAJOR 1
-#define SBX_PLUGIN_ABI_MINOR 5
+#define SBX_PLUGIN_ABI_MINOR 6
 
 /** The one symbol a plugin exports. */
 #define SBX_PLUGIN_INIT_SYMBOL "sbx_plugin_init"
@@ -240,6 +240,15 @@ typedef struct sbx_plugin_exec_request {
      * sbx_plugin_exit_record (below); -1 otherwise. Check struct_size
      * before reading it. */
     int exit_fd;
+    /* ABI 1.6: CLOCK_MONOTONIC time in seconds after which the command
+     * must not start, 0 = none: the end of its timeout, when the caller
+     * stops waiting for it (a call's deadline bounds it too, ctx). A
+     * plugin that cannot start the command by then fails, with a timeout
+     * error of outcome failed when it knows nothing started, and makes
+     * sure nothing starts later (the local backend's supervisor refuses
+     * a request it reads after it). Check struct_size before reading it;
+     * a plugin may ignore it. */
+    double start_deadline;
 } sbx_plugin_exec_request;
 
 /**
