@@ -462,6 +462,7 @@ struct stopped_exec {
     sbx_sandbox *sb;
     const char *cwd;
     const char *script;
+    double timeout;             /* 0: 1 s */
     sbx_result *result;
     sbx_error *error;
     double took;
@@ -472,7 +473,7 @@ static void *run_stopped_exec(void *arg)
     struct stopped_exec *x = arg;
     double t0 = tu_now();
     sbx_exec_request rq = { .struct_size = sizeof(sbx_exec_request), .shell = x->script,
-                            .cwd = x->cwd, .timeout_secs = 1 };
+                            .cwd = x->cwd, .timeout_secs = x->timeout > 0 ? x->timeout : 1 };
     x->result = sbx_sandbox_execute_command(x->sb, &rq, &x->error);
     x->took = tu_now() - t0;
     return NULL;
@@ -491,7 +492,11 @@ static void *run_stopped_exec(void *arg)
  *   of it), the sandbox serves the next exec, and destroy leaves nothing;
  * - a supervisor continued after the timeout but within the grace reads
  *   the request late and refuses it: a timeout error saying so, nothing
- *   ran either.
+ *   ran either;
+ * - a supervisor stopped while the command runs (timeout 3 s): the call
+ *   fails within 7 s saying the command may have started (outcome
+ *   unknown, started=unknown), and within 5 s of SIGCONT nothing of the
+ *   command is left.
  */
 static void stopped_supervisor(const char *backend, sbx_plugin_mode mode, const char *cwd)
 {
@@ -504,6 +509,12 @@ static void stopped_supervisor(const char *backend, sbx_plugin_mode mode, const 
     char *json = session_state(sb);
     char *meta = state_str(json, "meta");
     pid_t sup = (pid_t)state_int(json, "supervisor_pid");
+    /* Commands of their own (these tests run at once, and the processes
+     * are looked for host-wide): sleeps of a length no other test uses. */
+    char *never = tu_strdup_printf("sleep 1017.%d ", (int)getpid());
+    char *longer = tu_strdup_printf("sleep 1018.%d ", (int)getpid());
+    char *never_cmd = tu_strdup_printf("touch \"$TMPDIR/marker\"; exec %s", never);
+    char *long_cmd = tu_strdup_printf("exec %s", longer);
     /* The path taken: the same command runs through it. */
     struct stopped_exec x = { .sb = sb, .cwd = cwd, .script = "echo ran" };
     run_stopped_exec(&x);
@@ -514,7 +525,7 @@ static void stopped_supervisor(const char *backend, sbx_plugin_mode mode, const 
 
     tu_stop_pid(sup);
     x = (struct stopped_exec){ .sb = sb, .cwd = cwd,
-                               .script = "touch \"$TMPDIR/marker\"; exec sleep 1017" };
+                               .script = never_cmd };
     run_stopped_exec(&x);
     cr_assert_null(x.result, "a result (exit %d) from a stopped supervisor",
                    sbx_result_get_exit_code(x.result));
@@ -532,12 +543,12 @@ static void stopped_supervisor(const char *backend, sbx_plugin_mode mode, const 
     cr_assert_eq(kill(sup, SIGCONT), 0);
     usleep(2000000);
     expect_sh(sb, "test -e \"$TMPDIR/marker\" && echo ran || echo not-run", "not-run\n");
-    cr_assert_eq(count_with_arg("sleep 1017"), 0, "the command runs after SIGCONT");
+    cr_assert_eq(count_with_arg(never), 0, "the command runs after SIGCONT");
 
     /* Continued between the timeout and the grace's end: read late, refused. */
     tu_stop_pid(sup);
     x = (struct stopped_exec){ .sb = sb, .cwd = cwd,
-                               .script = "touch \"$TMPDIR/marker\"; exec sleep 1017" };
+                               .script = never_cmd };
     pthread_t th;
     cr_assert_eq(pthread_create(&th, NULL, run_stopped_exec, &x), 0);
     usleep(1500000);
@@ -554,7 +565,38 @@ static void stopped_supervisor(const char *backend, sbx_plugin_mode mode, const 
     sbx_error_clear(&x.error);
     usleep(500000);
     expect_sh(sb, "test -e \"$TMPDIR/marker\" && echo ran || echo not-run", "not-run\n");
-    cr_assert_eq(count_with_arg("sleep 1017"), 0, "the command ran after all");
+    cr_assert_eq(count_with_arg(never), 0, "the command ran after all");
+
+    /* Stopped while the command runs: it may have started, and it ends
+     * once the supervisor runs again. */
+    x = (struct stopped_exec){ .sb = sb, .cwd = cwd, .script = long_cmd,
+                               .timeout = 3 };
+    cr_assert_eq(pthread_create(&th, NULL, run_stopped_exec, &x), 0);
+    double end = tu_now() + 2.5;
+    while (count_with_arg(longer) == 0 && tu_now() < end)
+        usleep(10000);
+    cr_assert_eq(count_with_arg(longer), 1, "the command did not start within 2.5 s");
+    tu_stop_pid(sup);
+    cr_assert_eq(pthread_join(th, NULL), 0);
+    cr_assert_null(x.result, "a result (exit %d) from a stopped supervisor",
+                   sbx_result_get_exit_code(x.result));
+    cr_assert_lt(x.took, 7.0, "the exec returned %.1f s after its start", x.took);
+    char *may = tu_strdup_printf("the supervisor of sandbox %s (pid %d, stopped) did not "
+                                 "answer for 2 s: the command may have started; it is ended "
+                                 "once the supervisor runs again", id, (int)sup);
+    tu_assert_error(x.error, SBX_ERROR_TIMEOUT, may, NULL);
+    cr_assert_str_eq(sbx_error_get0_message(x.error), may);
+    cr_assert_eq(sbx_error_get_outcome(x.error), SBX_ERROR_OUTCOME_UNKNOWN);
+    cr_assert_str_eq(sbx_error_get0_context(x.error, "started"), "unknown");
+    sbx_error_clear(&x.error);
+    free(may);
+    cr_assert_eq(count_with_arg(longer), 1, "the command ended with its supervisor stopped");
+    cr_assert_eq(kill(sup, SIGCONT), 0);
+    end = tu_now() + 5.0;
+    while (count_with_arg(longer) > 0 && tu_now() < end)
+        usleep(20000);
+    cr_assert_eq(count_with_arg(longer), 0, "the command outlived SIGCONT by 5 s");
+    expect_sh(sb, "echo still", "still\n");
 
     cr_assert_eq(sbx_sandbox_destroy(sb, &err), 0, "destroy: %s",
                  err ? sbx_error_get0_message(err) : "");
@@ -566,6 +608,10 @@ static void stopped_supervisor(const char *backend, sbx_plugin_mode mode, const 
     cr_assert_eq(tu_count_entries(g_tmp), 0, "%d entries left in %s",
                  tu_count_entries(g_tmp), g_tmp);
     free(want);
+    free(long_cmd);
+    free(never_cmd);
+    free(longer);
+    free(never);
     free(meta);
     free(json);
 }
