@@ -38,6 +38,7 @@
 #include <arpa/inet.h>
 #include <errno.h>
 #include <netinet/in.h>
+#include <math.h>
 #include <pthread.h>
 #include <sys/socket.h>
 
@@ -1435,6 +1436,147 @@ Test(provider, refuse_options_by_table)
     cr_assert_eq(cl_refuse_options(&rq, "acme", bad, NULL), -1);
     cr_assert_eq(cl_last()->code, SBX_ERROR_INVALID_ARGUMENT);
     cr_assert_str_eq(cl_last()->msg, "acme backend: no such create option to refuse: colour");
+}
+
+/* The create's number options by table: only those set (or always), in
+ * the table's order; each bound (above, at least, at most, step, 0 as
+ * none) refuses with its value as the message shows it and the context
+ * keys the entry names; a table naming another option is to fix. */
+Test(provider, limits_by_table)
+{
+    static const cl_limit table[] = {
+        { "cpu", 0, 8, 0, CL_LIMIT_ABOVE, "more than 0, at most 8", NULL, "max", NULL },
+        { "memory_mb", 1024, 16384, 1024, 0, "whole GB", "min_mb", "max_mb", "step_mb" },
+        { "disk_mb", 1, 4096, 0, CL_LIMIT_ZERO_NONE, "1 to 4096", NULL, NULL, NULL },
+        { "timeout_secs", 0, 86400, 0, CL_LIMIT_ABOVE | CL_LIMIT_ALWAYS, "1 to 86400 s", NULL,
+          NULL, NULL },
+        { NULL, 0, 0, 0, 0, NULL, NULL, NULL, NULL },
+    };
+    sbx_plugin_create_request rq = { .struct_size = sizeof(rq), .cpu = -1, .memory_mb = 5,
+                                     .disk_mb = -3, .timeout_secs = 300 };
+    cr_assert_eq(cl_limits_check(&rq, "acme", table, NULL), 0);
+    cr_assert_eq(cl_limits_check(&rq, "acme", NULL, NULL), 0);
+    rq.timeout_secs = 0;
+    cr_assert_eq(cl_limits_check(&rq, "acme", table, NULL), -1);
+    cr_assert_eq(cl_last()->code, SBX_ERROR_CONFIGURATION);
+    cr_assert_str_eq(cl_last()->msg, "acme backend: timeout_secs 0: 1 to 86400 s");
+    rq.timeout_secs = 86400.5;
+    cr_assert_eq(cl_limits_check(&rq, "acme", table, NULL), -1);
+    cr_assert_str_eq(cl_last()->msg, "acme backend: timeout_secs 86400.5: 1 to 86400 s");
+    rq.timeout_secs = 86400;
+    cr_assert_eq(cl_limits_check(&rq, "acme", table, NULL), 0);
+    rq.set_fields = SBX_OPTION_CPU;
+    cr_assert_eq(cl_limits_check(&rq, "acme", table, NULL), -1);
+    cr_assert_str_eq(cl_last()->msg, "acme backend: cpu -1: more than 0, at most 8");
+    rq.cpu = 0;
+    cr_assert_eq(cl_limits_check(&rq, "acme", table, NULL), -1);
+    rq.cpu = NAN;
+    cr_assert_eq(cl_limits_check(&rq, "acme", table, NULL), -1);
+    cr_assert_str_eq(cl_last()->msg, "acme backend: cpu nan: more than 0, at most 8");
+    rq.cpu = 8.5;
+    cr_assert_eq(cl_limits_check(&rq, "acme", table, NULL), -1);
+    cr_assert_str_eq(cl_last()->msg, "acme backend: cpu 8.5: more than 0, at most 8");
+    rq.cpu = 0.25;
+    cr_assert_eq(cl_limits_check(&rq, "acme", table, NULL), 0);
+    rq.cpu = 8;
+    cr_assert_eq(cl_limits_check(&rq, "acme", table, NULL), 0);
+    rq.set_fields |= SBX_OPTION_MEMORY_MB;
+    cr_assert_eq(cl_limits_check(&rq, "acme", table, NULL), -1);
+    cr_assert_str_eq(cl_last()->msg, "acme backend: memory_mb 5: whole GB");
+    rq.memory_mb = 3000;
+    cr_assert_eq(cl_limits_check(&rq, "acme", table, NULL), -1);
+    cr_assert_str_eq(cl_last()->msg, "acme backend: memory_mb 3000: whole GB");
+    rq.memory_mb = 17408;
+    cr_assert_eq(cl_limits_check(&rq, "acme", table, NULL), -1);
+    rq.memory_mb = 3072;
+    cr_assert_eq(cl_limits_check(&rq, "acme", table, NULL), 0);
+    rq.set_fields |= SBX_OPTION_DISK_MB;
+    cr_assert_eq(cl_limits_check(&rq, "acme", table, NULL), -1);
+    cr_assert_str_eq(cl_last()->msg, "acme backend: disk_mb -3: 1 to 4096");
+    rq.disk_mb = 0;
+    cr_assert_eq(cl_limits_check(&rq, "acme", table, NULL), 0);
+    rq.disk_mb = 4096;
+    cr_assert_eq(cl_limits_check(&rq, "acme", table, NULL), 0);
+    rq.disk_mb = 4097;
+    cr_assert_eq(cl_limits_check(&rq, "acme", table, NULL), -1);
+    cr_assert_str_eq(cl_last()->msg, "acme backend: disk_mb 4097: 1 to 4096");
+    rq.disk_mb = 1;
+    rq.timeout_secs = -2;
+    rq.memory_mb = 512;
+    /* The first out of bounds in the table's order. */
+    cr_assert_eq(cl_limits_check(&rq, "acme", table, NULL), -1);
+    cr_assert_str_eq(cl_last()->msg, "acme backend: memory_mb 512: whole GB");
+    static const cl_limit bad[] = { { "gpu", 0, 0, 0, 0, "?", NULL, NULL, NULL },
+                                    { NULL, 0, 0, 0, 0, NULL, NULL, NULL, NULL } };
+    cr_assert_eq(cl_limits_check(&rq, "acme", bad, NULL), -1);
+    cr_assert_eq(cl_last()->code, SBX_ERROR_INVALID_ARGUMENT);
+    cr_assert_str_eq(cl_last()->msg, "acme backend: no such number option to check: gpu");
+}
+
+/* The refusal's context: the option, and the bounds the entry names, as
+ * "%g" ("1024", "16384", never "1024.000000"). */
+Test(provider, limits_context)
+{
+    static const cl_limit table[] = {
+        { "memory_mb", 1024, 16384, 1024, 0, "whole GB", "min_mb", "max_mb", "step_mb" },
+        { "cpu", 0, 8, 0, CL_LIMIT_ABOVE, "at most 8", NULL, "max", NULL },
+        { NULL, 0, 0, 0, 0, NULL, NULL, NULL, NULL },
+    };
+    sbx_plugin_create_request rq = { .struct_size = sizeof(rq), .memory_mb = 1536, .cpu = 9,
+                                     .set_fields = SBX_OPTION_MEMORY_MB };
+    cl_host = &rec_host;
+    sbx_error *err = NULL;
+    cr_assert_eq(cl_limits_check(&rq, "acme", table, &err), -1);
+    cr_assert_not_null(err);
+    cr_assert_str_eq(err->pairs, "option=memory_mb;min_mb=1024;max_mb=16384;step_mb=1024;");
+    free(err);
+    err = NULL;
+    rq.set_fields = SBX_OPTION_CPU;
+    cr_assert_eq(cl_limits_check(&rq, "acme", table, &err), -1);
+    cr_assert_str_eq(err->pairs, "option=cpu;max=8;");
+    free(err);
+    cl_host = NULL;
+    cr_assert_str_eq(cl_last()->msg, "acme backend: cpu 9: at most 8");
+}
+
+/* gpu "TYPE[:COUNT]": a known type, or (no list) letters, digits and '-';
+ * a count from 1 to the most; anything else -1 with nothing stored. */
+Test(provider, gpu_parse)
+{
+    static const char *const known[] = { "H100", "RTX-4090", NULL };
+    size_t n = 99;
+    long count = 99;
+    cr_assert_eq(cl_gpu_parse("H100", known, 8, &n, &count), 0);
+    cr_assert_eq(n, 4);
+    cr_assert_eq(count, 1);
+    cr_assert_eq(cl_gpu_parse("RTX-4090:8", known, 8, &n, &count), 0);
+    cr_assert_eq(n, 8);
+    cr_assert_eq(count, 8);
+    n = 99;
+    count = 99;
+    static const char *const refused[] = { "H10", "H1000", "h100", "H100:0", "H100:9", "H100:",
+                                           "H100:2x", "H100:-1", "", ":2", "A100" };
+    for (size_t i = 0; i < sizeof refused / sizeof refused[0]; i++)
+        cr_assert_eq(cl_gpu_parse(refused[i], known, 8, &n, &count), -1, "%s", refused[i]);
+    cr_assert_eq(cl_gpu_parse(NULL, known, 8, &n, &count), -1);
+    cr_assert_eq(n, 99);
+    cr_assert_eq(count, 99);
+    cr_assert_eq(cl_gpu_parse("a100-80gb:64", NULL, 64, &n, &count), 0);
+    cr_assert_eq(n, 9);
+    cr_assert_eq(count, 64);
+    cr_assert_eq(cl_gpu_parse("T4", NULL, 64, &n, &count), 0);
+    cr_assert_eq(n, 2);
+    cr_assert_eq(count, 1);
+    static const char *const free_refused[] = { "T4:65", "T 4", "T4_", "", ":1",
+                                                "T4:99999999999999999999",
+                                                "AAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAA"
+                                                "AAAAAAAAAAAAAAAA" };
+    for (size_t i = 0; i < sizeof free_refused / sizeof free_refused[0]; i++)
+        cr_assert_eq(cl_gpu_parse(free_refused[i], NULL, 64, &n, &count), -1, "%s",
+                     free_refused[i]);
+    cr_assert_eq(cl_gpu_parse("AAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAA",
+                              NULL, 64, &n, &count), 0);
+    cr_assert_eq(n, 63);
 }
 
 /* backend_options of a provider that takes none: absent or empty is 0; a

@@ -1274,6 +1274,60 @@ int cl_refuse_options(const sbx_plugin_create_request *rq, const char *provider,
 long long cl_lifetime_s(const sbx_plugin_create_request *rq, const char *provider,
                         long long dflt_s, long long margin_s, sbx_error **error);
 
+/** The bounds a provider puts on one number option of a create: an entry
+ *  of the table cl_limits_check() reads. Bounds are in the option's own
+ *  unit as the request holds it: vCPUs (cpu), MiB (memory_mb, disk_mb),
+ *  seconds (timeout_secs). */
+typedef struct cl_limit {
+    const char *option;     /* "cpu", "memory_mb", "disk_mb" or
+                             * "timeout_secs"; NULL ends the table */
+    double min;             /* the least value taken (CL_LIMIT_ABOVE: the
+                             * value must be more than it) */
+    double max;             /* the most taken; 0: no upper bound */
+    double step;            /* the value is a whole multiple of it; 0: any */
+    unsigned flags;         /* CL_LIMIT_* */
+    const char *why;        /* cl_refuse()'s @why */
+    const char *min_key;    /* context key for @min of a refusal ("min_mb"),
+                             * or NULL for none; likewise: */
+    const char *max_key;
+    const char *step_key;
+} cl_limit;
+#define CL_LIMIT_ABOVE 1u       /* min itself is refused: more than min */
+#define CL_LIMIT_ALWAYS 2u      /* checked even when set_fields does not
+                                 * name it (timeout_secs, which always has
+                                 * a value) */
+#define CL_LIMIT_ZERO_NONE 4u   /* 0 is taken as "none", whatever the bounds */
+
+/**
+ * The create's number options checked by @table, in its order: an entry
+ * whose option @rq sets (its SBX_OPTION_* bit in set_fields, or always
+ * with CL_LIMIT_ALWAYS) with a value outside its bounds (below min, or not
+ * above it with CL_LIMIT_ABOVE; above max when max > 0; not a whole
+ * multiple of step when step > 0; NaN is outside every bound) is refused
+ * with cl_refuse(@provider, option, VALUE, why), VALUE "%g" for cpu and
+ * timeout_secs and "%lld" for memory_mb and disk_mb, plus the context
+ * min_key=min, max_key=max and step_key=step ("%g") of the keys the entry
+ * names; -1 then. 0 when every value is in bounds. An option not named
+ * above is invalid_argument naming it (a table to fix). Stores nothing
+ * else; thread-safe.
+ */
+int cl_limits_check(const sbx_plugin_create_request *rq, const char *provider,
+                    const cl_limit *table, sbx_error **error);
+
+/**
+ * Reads a create's gpu option, "TYPE" or "TYPE:COUNT": 0 with *@type_len
+ * the length of TYPE (the bytes before the first ':') and *@count the
+ * COUNT (1 when none is given), when TYPE is one of @known (a
+ * NULL-terminated list, matched exactly, case counting) or, with @known
+ * NULL, 1 to 63 ASCII letters, digits and '-', and COUNT is a decimal
+ * number from 1 to @max_count (as strtol() reads it, nothing after it).
+ * -1 otherwise, *@type_len and *@count left alone and no error stored:
+ * the caller refuses it in its provider's words (cl_refuse()). @gpu NULL
+ * is -1. Pure; thread-safe.
+ */
+int cl_gpu_parse(const char *gpu, const char *const *known, long max_count, size_t *type_len,
+                 long *count);
+
 /**
  * The create's backend_options for a provider that takes none: 0 when
  * @rq has none (NULL or ""); else -1 with configuration "@provider
