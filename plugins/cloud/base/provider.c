@@ -98,6 +98,13 @@ int cl_gone_check(cl_gone *g, const char *op, const char *provider, const char *
     return -1;
 }
 
+sbx_error *cl_gone_mark(cl_gone *g, sbx_error **error, const char *op, const char *provider,
+                        const char *id)
+{
+    cl_gone_set(g);
+    return cl_gone_error(error, op, provider, id);
+}
+
 /* ------------------------------------------------------------------------ */
 /* Waiting for a state                                                       */
 /* ------------------------------------------------------------------------ */
@@ -1261,8 +1268,7 @@ int cl_sandbox_answer(cl_sandbox *s, cl_http *h, const cl_resp *r, const char *p
     if (r->status / 100 == 2)
         return 0;
     if (r->status == 404) {
-        cl_gone_set(&s->gone);
-        cl_gone_error(error, op, provider, s->id);
+        cl_gone_mark(&s->gone, error, op, provider, s->id);
     } else {
         cl_fail_status(h, error, CL_CODE_BY_STATUS, r, op, what);
     }

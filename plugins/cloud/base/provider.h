@@ -4,7 +4,8 @@
  *
  *   - the "gone" flag of a sandbox the provider no longer has, and its
  *     not_found error with reason "gone" (CASE-32), with what the
- *     provider's view says of it as context;
+ *     provider's view says of it as context, the flag set and the error
+ *     given in one call;
  *   - the wait until a sandbox (or a snapshot) reaches a state, polled with
  *     a growing pause and bounded by the call's deadline, and by table the
  *     wait until a sandbox runs, a sleeping one woken once;
@@ -47,7 +48,9 @@
  *     string in host memory;
  *   - the create's provider-side lifetime from its timeout;
  *   - the create's refusals by table (options the provider cannot honour,
- *     backend_options of a provider that takes none), its backend_options
+ *     backend_options of a provider that takes none), the bounds of its
+ *     number options (cpu, memory_mb, disk_mb, timeout_secs) by table, its
+ *     gpu option read as TYPE[:COUNT], its backend_options
  *     by a table of the provider's, the id of its one-POST create (nested
  *     too) and its ownership labels; a paged listing (or one page of a
  *     listing the plugin pages itself), and list_owned's item (with RFC
@@ -121,6 +124,14 @@ sbx_error *cl_gone_error_view(sbx_error **error, const char *op, const char *pro
  */
 int cl_gone_check(cl_gone *g, const char *op, const char *provider, const char *id,
                   sbx_error **error);
+
+/**
+ * Sets @g (the provider answered that sandbox @id is no more) and returns
+ * cl_gone_error(@error, @op, @provider, @id), also stored in *@error when
+ * @error is not NULL. Thread-safe.
+ */
+sbx_error *cl_gone_mark(cl_gone *g, sbx_error **error, const char *op, const char *provider,
+                        const char *id);
 
 /* ------------------------------------------------------------------------ */
 /* Waiting for a state                                                       */

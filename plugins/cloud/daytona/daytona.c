@@ -260,8 +260,7 @@ static void dt_session_delete(struct sbx_plugin_sandbox *sb, const char *sid);
 /* Marks @sb gone and gives the error of a call on it (provider.h). */
 static sbx_error *dt_fail_gone(struct sbx_plugin_sandbox *sb, sbx_error **error, const char *op)
 {
-    cl_gone_set(&sb->s.gone);
-    return cl_gone_error(error, op, DT_BACKEND, sb->s.id);
+    return cl_gone_mark(&sb->s.gone, error, op, DT_BACKEND, sb->s.id);
 }
 
 /* A control-plane call on /sandbox/{id}@suffix (provider.h). */
@@ -1012,8 +1011,7 @@ static char *dt_resolve_port(sbx_plugin_sandbox *sb, const sbx_call_ctx *ctx, un
     char *out = NULL;
     if (!j) {
         if (st == 404) {
-            cl_gone_set(&sb->s.gone);
-            cl_gone_error(error, op, DT_BACKEND, sb->s.id);
+            dt_fail_gone(sb, error, op);
         } else if (error && !*error) {
             cl_fail(error, SBX_ERROR_EXECUTION_FAILED, op,
                     "daytona: the preview link of port %u could not be read (HTTP %ld)", port,

@@ -848,8 +848,7 @@ static int modal_task_look(struct sbx_plugin_sandbox *sb, const sbx_call_ctx *ct
                       (ProtobufCMessage **)&r, CL_SAFE, rq.timeout + 10.0, &st, op,
                       "wait for the sandbox's task", NULL) < 0) {
             if (st == CL_GRPC_NOT_FOUND) {
-                modal_mark_gone(sb);
-                cl_gone_error(error, op, MODAL_BACKEND, sb->s.id);
+                cl_gone_mark(&sb->s.gone, error, op, MODAL_BACKEND, sb->s.id);
             } else {
                 cl_fail_from(error, cl_last(), op);
             }
@@ -874,8 +873,7 @@ static int modal_task_look(struct sbx_plugin_sandbox *sb, const sbx_call_ctx *ct
                     != MODAL__CLIENT__GENERIC_RESULT__GENERIC_STATUS__GENERIC_STATUS_UNSPECIFIED;
         protobuf_c_message_free_unpacked(&r->base, NULL);
         if (ended) {
-            modal_mark_gone(sb);
-            cl_gone_error(error, op, MODAL_BACKEND, sb->s.id);
+            cl_gone_mark(&sb->s.gone, error, op, MODAL_BACKEND, sb->s.id);
             return -1;
         }
     }
@@ -891,8 +889,7 @@ static void modal_sb_call_failed(struct sbx_plugin_sandbox *sb, int st, int prec
                                  const char *op, sbx_error **error)
 {
     if (st == CL_GRPC_NOT_FOUND || (precondition_is_gone && st == CL_GRPC_FAILED_PRECONDITION)) {
-        modal_mark_gone(sb);
-        cl_gone_error(error, op, MODAL_BACKEND, sb->s.id);
+        cl_gone_mark(&sb->s.gone, error, op, MODAL_BACKEND, sb->s.id);
     } else {
         cl_fail_from(error, cl_last(), op);
     }

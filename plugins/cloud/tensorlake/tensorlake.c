@@ -188,7 +188,6 @@ typedef struct tl_proc {
 /* ------------------------------------------------------------------------ */
 
 #define tl_is_gone(sb) cl_gone_get(&(sb)->s.gone)
-#define tl_mark_gone(sb) cl_gone_set(&(sb)->s.gone)
 #define tl_gone_error(error, op, id) cl_gone_error((error), (op), TL_BACKEND, (id))
 #define tl_check(sb, op, error) cl_gone_check(&(sb)->s.gone, (op), TL_BACKEND, (sb)->s.id, \
                                               (error))
@@ -772,8 +771,7 @@ static int tl_suspend_look(void *ud, const char **state, sbx_error **error)
     json_object *j = tl_get(w->sb->s.c, w->ctx, w->sb->s.id, &st, "stop", error);
     if (!j) {
         if (st == 404) {
-            tl_mark_gone(w->sb);
-            tl_gone_error(error, "stop", w->sb->s.id);
+            cl_gone_mark(&w->sb->s.gone, error, "stop", TL_BACKEND, w->sb->s.id);
         }
         return -1;
     }
