@@ -10,7 +10,8 @@
  * sandbox, what exec_start checks first, the kill of a command's marked
  * processes, the ids a listing collects, the client's config and
  * credential, the refusal of an option, and the multipart body of an
- * upload; the plugin's sandbox struct allocated around its head, the
+ * upload, the create's number options by a table of bounds and its gpu
+ * option; the plugin's sandbox struct allocated around its head, the
  * session state's start, the create's working directory, a directory
  * listed by find, the ids of a create token and the end of a create that
  * got no answer (its sandbox reaped by the token); the start of resume
@@ -21,8 +22,8 @@
  * flag and error that follow), the setup slot; a JSON POST ({} for no
  * body), the exec_start of script procs over a stand-in worker, and the
  * list_files and read_file slots over a stand-in runner and download;
- * the gone error with the provider's view, through a host that records
- * context, and the undo of a create that failed (its sandbox deleted
+ * the gone error with the provider's view and the gone mark, through a
+ * host that records context, and the undo of a create that failed (its sandbox deleted
  * and freed, its id in the error when asked); a status read with the
  * provider's word for none; the client head a plugin's spec describes
  * (base URL, credential, reaper, free).
@@ -38,6 +39,7 @@
 #include <arpa/inet.h>
 #include <errno.h>
 #include <netinet/in.h>
+#include <math.h>
 #include <pthread.h>
 #include <sys/socket.h>
 
@@ -1045,6 +1047,28 @@ static const sbx_host_services rec_host = { .struct_size = sizeof(sbx_host_servi
                                             .set_error = rec_set_error,
                                             .error_add_context = rec_add_context };
 
+/* Marking a sandbox gone sets its flag and gives the gone error, with its
+ * context, also stored in *error; every later check fails the same way. */
+Test(provider, gone_mark)
+{
+    cl_host = &rec_host;
+    cl_gone g;
+    cl_gone_init(&g);
+    sbx_error *err = NULL;
+    cr_assert_eq(cl_gone_mark(&g, &err, "exec", "acme", "sb-2"), err);
+    cr_assert_not_null(err);
+    cr_assert_str_eq(err->pairs, "sandbox_id=sb-2;reason=gone;");
+    free(err);
+    cr_assert_eq(cl_gone_get(&g), 1);
+    cl_host = NULL;
+    cr_assert_eq(cl_last()->code, SBX_ERROR_NOT_FOUND);
+    cr_assert_str_eq(cl_last()->msg, "acme sandbox sb-2 is gone (the provider no longer has it)");
+    cl_gone_mark(&g, NULL, "stop", "acme", "sb-3");
+    cr_assert_str_eq(cl_last()->msg, "acme sandbox sb-3 is gone (the provider no longer has it)");
+    cr_assert_eq(cl_gone_check(&g, "exec", "acme", "sb-2", NULL), -1);
+    cl_gone_destroy(&g);
+}
+
 /* The gone error with the provider's view: the members named that the
  * view holds as strings, in order, "status" as "state"; none without a
  * view. */
@@ -1435,6 +1459,134 @@ Test(provider, refuse_options_by_table)
     cr_assert_eq(cl_refuse_options(&rq, "acme", bad, NULL), -1);
     cr_assert_eq(cl_last()->code, SBX_ERROR_INVALID_ARGUMENT);
     cr_assert_str_eq(cl_last()->msg, "acme backend: no such create option to refuse: colour");
+}
+
+/* cl_limits_check()'s refusal of @rq by @table ("acme" backend): its
+ * message, or "" when every value is taken. */
+static const char *limits_refusal(const sbx_plugin_create_request *rq, const cl_limit *table)
+{
+    return cl_limits_check(rq, "acme", table, NULL) == 0 ? "" : cl_last()->msg;
+}
+
+/* The create's number options by table: only those set (or always), in
+ * the table's order; each bound (above, at least, at most, step, 0 as
+ * none) refuses with its value as the message shows it and the context
+ * keys the entry names; a table naming another option is to fix. */
+Test(provider, limits_by_table)
+{
+    static const cl_limit table[] = {
+        { "cpu", 0, 8, 0, CL_LIMIT_ABOVE, "more than 0, at most 8", NULL, "max", NULL },
+        { "memory_mb", 1024, 16384, 1024, 0, "whole GB", "min_mb", "max_mb", "step_mb" },
+        { "disk_mb", 1, 4096, 0, CL_LIMIT_ZERO_NONE, "1 to 4096", NULL, NULL, NULL },
+        { "timeout_secs", 0, 86400, 0, CL_LIMIT_ABOVE | CL_LIMIT_ALWAYS, "1 to 86400 s", NULL,
+          NULL, NULL },
+        { NULL, 0, 0, 0, 0, NULL, NULL, NULL, NULL },
+    };
+    const uint64_t C = SBX_OPTION_CPU, M = SBX_OPTION_MEMORY_MB, D = SBX_OPTION_DISK_MB;
+    const struct {
+        uint64_t set;
+        double cpu;
+        int64_t memory_mb, disk_mb;
+        double timeout_secs;
+        const char *refusal;
+    } cases[] = {
+        { 0, -1, 5, -3, 300, "" },  /* not set: not looked at */
+        { 0, -1, 5, -3, 0, "acme backend: timeout_secs 0: 1 to 86400 s" },
+        { 0, -1, 5, -3, 86400.5, "acme backend: timeout_secs 86400.5: 1 to 86400 s" },
+        { 0, -1, 5, -3, 86400, "" },
+        { C, -1, 5, -3, 60, "acme backend: cpu -1: more than 0, at most 8" },
+        { C, 0, 5, -3, 60, "acme backend: cpu 0: more than 0, at most 8" },
+        { C, NAN, 5, -3, 60, "acme backend: cpu nan: more than 0, at most 8" },
+        { C, 8.5, 5, -3, 60, "acme backend: cpu 8.5: more than 0, at most 8" },
+        { C, 0.25, 5, -3, 60, "" },
+        { C | M, 8, 5, -3, 60, "acme backend: memory_mb 5: whole GB" },
+        { C | M, 8, 3000, -3, 60, "acme backend: memory_mb 3000: whole GB" },
+        { C | M, 8, 17408, -3, 60, "acme backend: memory_mb 17408: whole GB" },
+        { C | M, 8, 3072, -3, 60, "" },
+        { C | M | D, 8, 3072, -3, 60, "acme backend: disk_mb -3: 1 to 4096" },
+        { C | M | D, 8, 3072, 0, 60, "" },     /* 0: none */
+        { C | M | D, 8, 3072, 4096, 60, "" },
+        { C | M | D, 8, 3072, 4097, 60, "acme backend: disk_mb 4097: 1 to 4096" },
+        /* The first out of bounds in the table's order. */
+        { C | M | D, 8, 512, 1, -2, "acme backend: memory_mb 512: whole GB" },
+    };
+    sbx_plugin_create_request rq = { .struct_size = sizeof(rq) };
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        rq.set_fields = cases[i].set;
+        rq.cpu = cases[i].cpu;
+        rq.memory_mb = cases[i].memory_mb;
+        rq.disk_mb = cases[i].disk_mb;
+        rq.timeout_secs = cases[i].timeout_secs;
+        cr_assert_str_eq(limits_refusal(&rq, table), cases[i].refusal, "case %zu", i);
+        if (*cases[i].refusal)
+            cr_assert_eq(cl_last()->code, SBX_ERROR_CONFIGURATION);
+    }
+    cr_assert_eq(cl_limits_check(&rq, "acme", NULL, NULL), 0);
+    static const cl_limit bad[] = { { "gpu", 0, 0, 0, 0, "?", NULL, NULL, NULL },
+                                    { NULL, 0, 0, 0, 0, NULL, NULL, NULL, NULL } };
+    cr_assert_eq(cl_limits_check(&rq, "acme", bad, NULL), -1);
+    cr_assert_eq(cl_last()->code, SBX_ERROR_INVALID_ARGUMENT);
+    cr_assert_str_eq(cl_last()->msg, "acme backend: no such number option to check: gpu");
+}
+
+/* The refusal's context: the option, and the bounds the entry names, as
+ * "%g" ("1024", "16384", never "1024.000000"). */
+Test(provider, limits_context)
+{
+    static const cl_limit table[] = {
+        { "memory_mb", 1024, 16384, 1024, 0, "whole GB", "min_mb", "max_mb", "step_mb" },
+        { "cpu", 0, 8, 0, CL_LIMIT_ABOVE, "at most 8", NULL, "max", NULL },
+        { NULL, 0, 0, 0, 0, NULL, NULL, NULL, NULL },
+    };
+    sbx_plugin_create_request rq = { .struct_size = sizeof(rq), .memory_mb = 1536, .cpu = 9,
+                                     .set_fields = SBX_OPTION_MEMORY_MB };
+    cl_host = &rec_host;
+    sbx_error *err = NULL;
+    cr_assert_eq(cl_limits_check(&rq, "acme", table, &err), -1);
+    cr_assert_not_null(err);
+    cr_assert_str_eq(err->pairs, "option=memory_mb;min_mb=1024;max_mb=16384;step_mb=1024;");
+    free(err);
+    err = NULL;
+    rq.set_fields = SBX_OPTION_CPU;
+    cr_assert_eq(cl_limits_check(&rq, "acme", table, &err), -1);
+    cr_assert_str_eq(err->pairs, "option=cpu;max=8;");
+    free(err);
+    cl_host = NULL;
+    cr_assert_str_eq(cl_last()->msg, "acme backend: cpu 9: at most 8");
+}
+
+/* gpu "TYPE[:COUNT]": a known type, or (no list) letters, digits and '-';
+ * a count from 1 to the most; anything else -1 with nothing stored. */
+Test(provider, gpu_parse)
+{
+    static const char *const known[] = { "H100", "RTX-4090", NULL };
+    /* The answer: "LEN COUNT", or "-" when refused. */
+    static const struct {
+        const char *gpu;
+        int listed;     /* against known (count up to 8), else free (up to 64) */
+        const char *want;
+    } cases[] = {
+        { "H100", 1, "4 1" }, { "RTX-4090:8", 1, "8 8" }, { "H10", 1, "-" }, { "H1000", 1, "-" },
+        { "h100", 1, "-" }, { "H100:0", 1, "-" }, { "H100:9", 1, "-" }, { "H100:", 1, "-" },
+        { "H100:2x", 1, "-" }, { "H100:-1", 1, "-" }, { "", 1, "-" }, { ":2", 1, "-" },
+        { "A100", 1, "-" }, { NULL, 1, "-" }, { "a100-80gb:64", 0, "9 64" }, { "T4", 0, "2 1" },
+        { "T4:65", 0, "-" }, { "T 4", 0, "-" }, { "T4_", 0, "-" }, { "", 0, "-" },
+        { ":1", 0, "-" }, { "T4:99999999999999999999", 0, "-" },
+        { "AAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAA", 0, "63 1" },
+        { "AAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAA", 0, "-" },
+    };
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        size_t n = 99;
+        long count = 99;
+        char got[32] = "-";
+        int rc = cl_gpu_parse(cases[i].gpu, cases[i].listed ? known : NULL,
+                              cases[i].listed ? 8 : 64, &n, &count);
+        if (rc == 0)
+            snprintf(got, sizeof got, "%zu %ld", n, count);
+        else
+            cr_assert(rc == -1 && n == 99 && count == 99, "%s: nothing stored", cases[i].gpu);
+        cr_assert_str_eq(got, cases[i].want, "%s", cases[i].gpu ? cases[i].gpu : "(null)");
+    }
 }
 
 /* backend_options of a provider that takes none: absent or empty is 0; a

@@ -8,6 +8,7 @@
 #include <stddef.h>
 #include <pthread.h>
 #include <fcntl.h>
+#include <math.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stddef.h>
@@ -95,6 +96,13 @@ int cl_gone_check(cl_gone *g, const char *op, const char *provider, const char *
         return 0;
     cl_gone_error(error, op, provider, id);
     return -1;
+}
+
+sbx_error *cl_gone_mark(cl_gone *g, sbx_error **error, const char *op, const char *provider,
+                        const char *id)
+{
+    cl_gone_set(g);
+    return cl_gone_error(error, op, provider, id);
 }
 
 /* ------------------------------------------------------------------------ */
@@ -1260,8 +1268,7 @@ int cl_sandbox_answer(cl_sandbox *s, cl_http *h, const cl_resp *r, const char *p
     if (r->status / 100 == 2)
         return 0;
     if (r->status == 404) {
-        cl_gone_set(&s->gone);
-        cl_gone_error(error, op, provider, s->id);
+        cl_gone_mark(&s->gone, error, op, provider, s->id);
     } else {
         cl_fail_status(h, error, CL_CODE_BY_STATUS, r, op, what);
     }
@@ -2071,6 +2078,84 @@ long long cl_lifetime_s(const sbx_plugin_create_request *rq, const char *provide
     if ((double)t < rq->timeout_secs)
         t++;    /* rounded up */
     return t + margin_s;
+}
+
+int cl_limits_check(const sbx_plugin_create_request *rq, const char *provider,
+                    const cl_limit *table, sbx_error **error)
+{
+    static const char *const names[] = { "cpu", "memory_mb", "disk_mb", "timeout_secs" };
+    static const uint64_t bits[] = { SBX_OPTION_CPU, SBX_OPTION_MEMORY_MB, SBX_OPTION_DISK_MB,
+                                     SBX_OPTION_TIMEOUT_SECS };
+    for (const cl_limit *l = table; l && l->option; l++) {
+        size_t k = 0;
+        while (k < 4 && strcmp(l->option, names[k]) != 0)
+            k++;
+        if (k == 4) {
+            cl_context(cl_fail(error, SBX_ERROR_INVALID_ARGUMENT, "create", "%s backend: no "
+                               "such number option to check: %s", provider, l->option),
+                       "option", l->option);
+            return -1;
+        }
+        if (!(rq->set_fields & bits[k]) && !(l->flags & CL_LIMIT_ALWAYS))
+            continue;
+        double v = k == 0 ? rq->cpu : k == 1 ? (double)rq->memory_mb
+                 : k == 2 ? (double)rq->disk_mb : rq->timeout_secs;
+        if (v == 0 && (l->flags & CL_LIMIT_ZERO_NONE))
+            continue;
+        int ok = (l->flags & CL_LIMIT_ABOVE) ? v > l->min : v >= l->min;
+        if (ok && l->max > 0)
+            ok = v <= l->max;
+        if (ok && l->step > 0)
+            ok = fmod(v, l->step) == 0;
+        if (ok)
+            continue;
+        char buf[64];
+        if (k == 1 || k == 2)
+            snprintf(buf, sizeof buf, "%lld", (long long)(k == 1 ? rq->memory_mb : rq->disk_mb));
+        else
+            snprintf(buf, sizeof buf, "%g", v);
+        sbx_error *err = cl_refuse(error, provider, l->option, buf, l->why);
+        const char *const keys[] = { l->min_key, l->max_key, l->step_key };
+        const double values[] = { l->min, l->max, l->step };
+        for (int i = 0; i < 3; i++) {
+            if (!keys[i])
+                continue;
+            snprintf(buf, sizeof buf, "%g", values[i]);
+            cl_context(err, keys[i], buf);
+        }
+        return -1;
+    }
+    return 0;
+}
+
+int cl_gpu_parse(const char *gpu, const char *const *known, long max_count, size_t *type_len,
+                 long *count)
+{
+    if (!gpu)
+        return -1;
+    const char *colon = strchr(gpu, ':');
+    size_t n = colon ? (size_t)(colon - gpu) : strlen(gpu);
+    long c = 1;
+    if (colon) {
+        char *end = NULL;
+        c = strtol(colon + 1, &end, 10);
+        if (end == colon + 1 || *end || c < 1 || c > max_count)
+            return -1;
+    }
+    int ok = 0;
+    if (known) {
+        for (size_t i = 0; known[i] && !ok; i++)
+            ok = strlen(known[i]) == n && strncmp(known[i], gpu, n) == 0;
+    } else {
+        ok = n > 0 && n < 64;
+        for (size_t i = 0; ok && i < n; i++)
+            ok = isalnum((unsigned char)gpu[i]) || gpu[i] == '-';
+    }
+    if (!ok)
+        return -1;
+    *type_len = n;
+    *count = c;
+    return 0;
 }
 
 int cl_no_backend_options(const sbx_plugin_create_request *rq, const char *provider,

@@ -4,7 +4,8 @@
  *
  *   - the "gone" flag of a sandbox the provider no longer has, and its
  *     not_found error with reason "gone" (CASE-32), with what the
- *     provider's view says of it as context;
+ *     provider's view says of it as context, the flag set and the error
+ *     given in one call;
  *   - the wait until a sandbox (or a snapshot) reaches a state, polled with
  *     a growing pause and bounded by the call's deadline, and by table the
  *     wait until a sandbox runs, a sleeping one woken once;
@@ -47,7 +48,9 @@
  *     string in host memory;
  *   - the create's provider-side lifetime from its timeout;
  *   - the create's refusals by table (options the provider cannot honour,
- *     backend_options of a provider that takes none), its backend_options
+ *     backend_options of a provider that takes none), the bounds of its
+ *     number options (cpu, memory_mb, disk_mb, timeout_secs) by table, its
+ *     gpu option read as TYPE[:COUNT], its backend_options
  *     by a table of the provider's, the id of its one-POST create (nested
  *     too) and its ownership labels; a paged listing (or one page of a
  *     listing the plugin pages itself), and list_owned's item (with RFC
@@ -121,6 +124,14 @@ sbx_error *cl_gone_error_view(sbx_error **error, const char *op, const char *pro
  */
 int cl_gone_check(cl_gone *g, const char *op, const char *provider, const char *id,
                   sbx_error **error);
+
+/**
+ * Sets @g (the provider answered that sandbox @id is no more) and returns
+ * cl_gone_error(@error, @op, @provider, @id), also stored in *@error when
+ * @error is not NULL. Thread-safe.
+ */
+sbx_error *cl_gone_mark(cl_gone *g, sbx_error **error, const char *op, const char *provider,
+                        const char *id);
 
 /* ------------------------------------------------------------------------ */
 /* Waiting for a state                                                       */
@@ -1273,6 +1284,60 @@ int cl_refuse_options(const sbx_plugin_create_request *rq, const char *provider,
  */
 long long cl_lifetime_s(const sbx_plugin_create_request *rq, const char *provider,
                         long long dflt_s, long long margin_s, sbx_error **error);
+
+/** The bounds a provider puts on one number option of a create: an entry
+ *  of the table cl_limits_check() reads. Bounds are in the option's own
+ *  unit as the request holds it: vCPUs (cpu), MiB (memory_mb, disk_mb),
+ *  seconds (timeout_secs). */
+typedef struct cl_limit {
+    const char *option;     /* "cpu", "memory_mb", "disk_mb" or
+                             * "timeout_secs"; NULL ends the table */
+    double min;             /* the least value taken (CL_LIMIT_ABOVE: the
+                             * value must be more than it) */
+    double max;             /* the most taken; 0: no upper bound */
+    double step;            /* the value is a whole multiple of it; 0: any */
+    unsigned flags;         /* CL_LIMIT_* */
+    const char *why;        /* cl_refuse()'s @why */
+    const char *min_key;    /* context key for @min of a refusal ("min_mb"),
+                             * or NULL for none; likewise: */
+    const char *max_key;
+    const char *step_key;
+} cl_limit;
+#define CL_LIMIT_ABOVE 1u       /* min itself is refused: more than min */
+#define CL_LIMIT_ALWAYS 2u      /* checked even when set_fields does not
+                                 * name it (timeout_secs, which always has
+                                 * a value) */
+#define CL_LIMIT_ZERO_NONE 4u   /* 0 is taken as "none", whatever the bounds */
+
+/**
+ * The create's number options checked by @table, in its order: an entry
+ * whose option @rq sets (its SBX_OPTION_* bit in set_fields, or always
+ * with CL_LIMIT_ALWAYS) with a value outside its bounds (below min, or not
+ * above it with CL_LIMIT_ABOVE; above max when max > 0; not a whole
+ * multiple of step when step > 0; NaN is outside every bound) is refused
+ * with cl_refuse(@provider, option, VALUE, why), VALUE "%g" for cpu and
+ * timeout_secs and "%lld" for memory_mb and disk_mb, plus the context
+ * min_key=min, max_key=max and step_key=step ("%g") of the keys the entry
+ * names; -1 then. 0 when every value is in bounds. An option not named
+ * above is invalid_argument naming it (a table to fix). Stores nothing
+ * else; thread-safe.
+ */
+int cl_limits_check(const sbx_plugin_create_request *rq, const char *provider,
+                    const cl_limit *table, sbx_error **error);
+
+/**
+ * Reads a create's gpu option, "TYPE" or "TYPE:COUNT": 0 with *@type_len
+ * the length of TYPE (the bytes before the first ':') and *@count the
+ * COUNT (1 when none is given), when TYPE is one of @known (a
+ * NULL-terminated list, matched exactly, case counting) or, with @known
+ * NULL, 1 to 63 ASCII letters, digits and '-', and COUNT is a decimal
+ * number from 1 to @max_count (as strtol() reads it, nothing after it).
+ * -1 otherwise, *@type_len and *@count left alone and no error stored:
+ * the caller refuses it in its provider's words (cl_refuse()). @gpu NULL
+ * is -1. Pure; thread-safe.
+ */
+int cl_gpu_parse(const char *gpu, const char *const *known, long max_count, size_t *type_len,
+                 long *count);
 
 /**
  * The create's backend_options for a provider that takes none: 0 when

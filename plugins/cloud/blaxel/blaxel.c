@@ -349,17 +349,15 @@ static int bl_size(const sbx_plugin_create_request *rq, int64_t *memory, sbx_err
     char buf[64];
     uint64_t set = rq->set_fields;
     *memory = -1;
-    if (set & SBX_OPTION_MEMORY_MB) {
-        if (rq->memory_mb < BL_MEMORY_STEP_MB || rq->memory_mb % BL_MEMORY_STEP_MB) {
-            snprintf(buf, sizeof buf, "%lld", (long long)rq->memory_mb);
-            sbx_error *err = bl_refuse(error, "memory_mb", buf, "Blaxel takes memory in "
-                                       "multiples of 1024 MB, from 1024 MB");
-            cl_context(err, "step_mb", "1024");
-            cl_context(err, "min_mb", "1024");
-            return -1;
-        }
+    static const cl_limit limits[] = {
+        { "memory_mb", BL_MEMORY_STEP_MB, 0, BL_MEMORY_STEP_MB, 0, "Blaxel takes memory in "
+          "multiples of 1024 MB, from 1024 MB", "min_mb", NULL, "step_mb" },
+        { NULL, 0, 0, 0, 0, NULL, NULL, NULL, NULL },
+    };
+    if (cl_limits_check(rq, BL_BACKEND, limits, error) < 0)
+        return -1;
+    if (set & SBX_OPTION_MEMORY_MB)
         *memory = rq->memory_mb;
-    }
     if (set & SBX_OPTION_CPU) {
         double want = rq->cpu * BL_MB_PER_VCPU;
         snprintf(buf, sizeof buf, "%g", rq->cpu);

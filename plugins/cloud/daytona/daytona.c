@@ -260,8 +260,7 @@ static void dt_session_delete(struct sbx_plugin_sandbox *sb, const char *sid);
 /* Marks @sb gone and gives the error of a call on it (provider.h). */
 static sbx_error *dt_fail_gone(struct sbx_plugin_sandbox *sb, sbx_error **error, const char *op)
 {
-    cl_gone_set(&sb->s.gone);
-    return cl_gone_error(error, op, DT_BACKEND, sb->s.id);
+    return cl_gone_mark(&sb->s.gone, error, op, DT_BACKEND, sb->s.id);
 }
 
 /* A control-plane call on /sandbox/{id}@suffix (provider.h). */
@@ -714,53 +713,33 @@ static json_object *dt_create_body(struct sbx_plugin_client *c, const sbx_call_c
                                                   { NULL, NULL } };
     json_object *b = json_object_new_object();
     uint64_t set = rq->set_fields;
-    char buf[64];
-    if (cl_refuse_options(rq, DT_BACKEND, unsupported, error) < 0)
+    /* Daytona's memory is whole GB: a limit it cannot enforce exactly (a
+     * smaller or fractional one would be rounded up) is refused. */
+    static const cl_limit limits[] = {
+        { "cpu", 0, 0, 0, CL_LIMIT_ABOVE, "must be more than 0", NULL, NULL, NULL },
+        { "memory_mb", 1024, 0, 1024, 0, "Daytona sets memory in whole GB: give a multiple of "
+          "1024 MiB (the smallest is 1024)", "min_mb", NULL, "step_mb" },
+        { NULL, 0, 0, 0, 0, NULL, NULL, NULL, NULL },
+    };
+    if (cl_refuse_options(rq, DT_BACKEND, unsupported, error) < 0
+        || cl_limits_check(rq, DT_BACKEND, limits, error) < 0)
         goto fail;
-    if (set & SBX_OPTION_CPU) {
-        if (!(rq->cpu > 0)) {
-            snprintf(buf, sizeof buf, "%g", rq->cpu);
-            dt_refuse(error, "cpu", buf, "must be more than 0");
-            goto fail;
-        }
+    if (set & SBX_OPTION_CPU)
         json_object_object_add(b, "cpu", json_object_new_int((int)ceil(rq->cpu)));
-    }
-    if (set & SBX_OPTION_MEMORY_MB) {
-        /* Daytona's memory is whole GB: a limit it cannot enforce exactly
-         * (a smaller or fractional one would be rounded up) is refused. */
-        if (rq->memory_mb <= 0 || rq->memory_mb % 1024 != 0) {
-            snprintf(buf, sizeof buf, "%lld", (long long)rq->memory_mb);
-            sbx_error *err = dt_refuse(error, "memory_mb", buf,
-                                       "Daytona sets memory in whole GB: give a multiple of "
-                                       "1024 MiB (the smallest is 1024)");
-            cl_context(err, "min_mb", "1024");
-            cl_context(err, "step_mb", "1024");
-            goto fail;
-        }
+    if (set & SBX_OPTION_MEMORY_MB)
         json_object_object_add(b, "memory", json_object_new_int((int)(rq->memory_mb / 1024)));
-    }
     if ((set & SBX_OPTION_DISK_MB) && rq->disk_mb > 0)
         json_object_object_add(b, "disk", json_object_new_int((int)((rq->disk_mb + 1023) / 1024)));
     if ((set & SBX_OPTION_GPU) && rq->gpu) {
-        char type[64];
-        long count = 1;
-        const char *colon = strchr(rq->gpu, ':');
-        size_t tl = colon ? (size_t)(colon - rq->gpu) : strlen(rq->gpu);
-        char *end = NULL;
-        if (colon)
-            count = strtol(colon + 1, &end, 10);
-        int known = 0;
-        for (size_t i = 0; dt_gpu_types[i]; i++)
-            known |= strlen(dt_gpu_types[i]) == tl && strncmp(dt_gpu_types[i], rq->gpu, tl) == 0;
-        if (tl >= sizeof type || !known || (colon && (*end || count < 1 || count > 8))) {
+        size_t tl;
+        long count;
+        if (cl_gpu_parse(rq->gpu, dt_gpu_types, 8, &tl, &count) < 0) {
             dt_refuse(error, "gpu", rq->gpu,
                       "Daytona offers H100, H200, RTX-PRO-6000, RTX-4090, RTX-5090 (TYPE[:COUNT])");
             goto fail;
         }
-        memcpy(type, rq->gpu, tl);
-        type[tl] = '\0';
         json_object *types = json_object_new_array();
-        json_object_array_add(types, json_object_new_string(type));
+        json_object_array_add(types, json_object_new_string_len(rq->gpu, (int)tl));
         json_object_object_add(b, "gpuType", types);
         json_object_object_add(b, "gpu", json_object_new_int((int)count));
     }
@@ -1032,8 +1011,7 @@ static char *dt_resolve_port(sbx_plugin_sandbox *sb, const sbx_call_ctx *ctx, un
     char *out = NULL;
     if (!j) {
         if (st == 404) {
-            cl_gone_set(&sb->s.gone);
-            cl_gone_error(error, op, DT_BACKEND, sb->s.id);
+            dt_fail_gone(sb, error, op);
         } else if (error && !*error) {
             cl_fail(error, SBX_ERROR_EXECUTION_FAILED, op,
                     "daytona: the preview link of port %u could not be read (HTTP %ld)", port,

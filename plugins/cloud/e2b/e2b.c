@@ -1136,9 +1136,6 @@ static void e2b_exec_free(sbx_plugin_process *process)
 /* Lifecycle                                                                 */
 /* ------------------------------------------------------------------------ */
 
-#define e2b_refuse(error, option, value, why) \
-    cl_refuse((error), E2B_BACKEND, (option), (value), (why))
-
 /* Size comes from the template; E2B has no GPUs, images, snapshots or
  * apps (provider.h: refused in this order). */
 static const cl_unsupported e2b_unsupported[] = {
@@ -1155,19 +1152,19 @@ static const cl_unsupported e2b_unsupported[] = {
 static json_object *e2b_create_body(const sbx_call_ctx *ctx, const sbx_plugin_create_request *rq,
                                     long long *timeout, sbx_error **error)
 {
-    char buf[64];
+    /* The provider-side lifetime, always (CASE-33): whole seconds. */
+    static const cl_limit lifetime[] = {
+        { "timeout_secs", 0, E2B_MAX_TIMEOUT_S, 0, CL_LIMIT_ABOVE | CL_LIMIT_ALWAYS,
+          "E2B takes 1 to 86400 seconds", NULL, NULL, NULL },
+        { NULL, 0, 0, 0, 0, NULL, NULL, NULL, NULL },
+    };
     if (cl_workdir_check(E2B_BACKEND, rq->workdir, error) < 0)
         return NULL;
     if (cl_refuse_options(rq, E2B_BACKEND, e2b_unsupported, error) < 0
-        || cl_no_backend_options(rq, E2B_BACKEND, error) < 0)
+        || cl_no_backend_options(rq, E2B_BACKEND, error) < 0
+        || cl_limits_check(rq, E2B_BACKEND, lifetime, error) < 0)
         return NULL;
-    /* The provider-side lifetime, always (CASE-33): whole seconds. */
     double ts = rq->timeout_secs;
-    if (!(ts > 0) || ts > E2B_MAX_TIMEOUT_S) {
-        snprintf(buf, sizeof buf, "%g", ts);
-        e2b_refuse(error, "timeout_secs", buf, "E2B takes 1 to 86400 seconds");
-        return NULL;
-    }
     /* The library times commands out at the lifetime's end; the provider
      * ends the sandbox E2B_LIFETIME_MARGIN_S later, so that such a command
      * is reported timed out (124), not lost with its sandbox. */

@@ -848,8 +848,7 @@ static int modal_task_look(struct sbx_plugin_sandbox *sb, const sbx_call_ctx *ct
                       (ProtobufCMessage **)&r, CL_SAFE, rq.timeout + 10.0, &st, op,
                       "wait for the sandbox's task", NULL) < 0) {
             if (st == CL_GRPC_NOT_FOUND) {
-                modal_mark_gone(sb);
-                cl_gone_error(error, op, MODAL_BACKEND, sb->s.id);
+                cl_gone_mark(&sb->s.gone, error, op, MODAL_BACKEND, sb->s.id);
             } else {
                 cl_fail_from(error, cl_last(), op);
             }
@@ -874,8 +873,7 @@ static int modal_task_look(struct sbx_plugin_sandbox *sb, const sbx_call_ctx *ct
                     != MODAL__CLIENT__GENERIC_RESULT__GENERIC_STATUS__GENERIC_STATUS_UNSPECIFIED;
         protobuf_c_message_free_unpacked(&r->base, NULL);
         if (ended) {
-            modal_mark_gone(sb);
-            cl_gone_error(error, op, MODAL_BACKEND, sb->s.id);
+            cl_gone_mark(&sb->s.gone, error, op, MODAL_BACKEND, sb->s.id);
             return -1;
         }
     }
@@ -891,8 +889,7 @@ static void modal_sb_call_failed(struct sbx_plugin_sandbox *sb, int st, int prec
                                  const char *op, sbx_error **error)
 {
     if (st == CL_GRPC_NOT_FOUND || (precondition_is_gone && st == CL_GRPC_FAILED_PRECONDITION)) {
-        modal_mark_gone(sb);
-        cl_gone_error(error, op, MODAL_BACKEND, sb->s.id);
+        cl_gone_mark(&sb->s.gone, error, op, MODAL_BACKEND, sb->s.id);
     } else {
         cl_fail_from(error, cl_last(), op);
     }
@@ -1562,29 +1559,15 @@ static void modal_exec_free(sbx_plugin_process *process)
 static int modal_gpu(const char *gpu, Modal__Client__GPUConfig *cfg, char *type, size_t cap,
                      sbx_error **error)
 {
-    const char *colon = strchr(gpu, ':');
-    size_t n = colon ? (size_t)(colon - gpu) : strlen(gpu);
-    long count = 1;
-    char *end = NULL;
-    if (colon) {
-        errno = 0;
-        count = strtol(colon + 1, &end, 10);
-    }
-    if (n == 0 || n >= cap || (colon && (!*(colon + 1) || *end || errno || count < 1
-                                         || count > 64))) {
+    size_t n;
+    long count;
+    if (cl_gpu_parse(gpu, NULL, 64, &n, &count) < 0 || n >= cap) {
         modal_refuse(error, "gpu", gpu, "not a GPU as TYPE or TYPE:COUNT (e.g. A100, T4:2, "
                      "A100-80GB:4)");
         return -1;
     }
-    for (size_t i = 0; i < n; i++) {
-        unsigned char ch = (unsigned char)gpu[i];
-        if (!isalnum(ch) && ch != '-') {
-            modal_refuse(error, "gpu", gpu, "not a GPU as TYPE or TYPE:COUNT (e.g. A100, T4:2, "
-                         "A100-80GB:4)");
-            return -1;
-        }
-        type[i] = (char)toupper(ch);
-    }
+    for (size_t i = 0; i < n; i++)
+        type[i] = (char)toupper((unsigned char)gpu[i]);
     type[n] = '\0';
     cfg->gpu_type = type;
     cfg->count = (uint32_t)count;
@@ -1726,30 +1709,27 @@ static int modal_create(sbx_plugin_client *client, const sbx_call_ctx *ctx,
         modal_refuse(error, "image", rq->image, "give an image or a snapshot_id, not both");
         return -1;
     }
-    if ((set & SBX_OPTION_CPU) && !(rq->cpu > 0 && rq->cpu <= 2048)) {
-        snprintf(buf, sizeof buf, "%g", rq->cpu);
-        modal_refuse(error, "cpu", buf, "must be more than 0 vCPUs (at most 2048)");
+    static const cl_limit sizes[] = {
+        { "cpu", 0, 2048, 0, CL_LIMIT_ABOVE, "must be more than 0 vCPUs (at most 2048)", NULL,
+          NULL, NULL },
+        { "memory_mb", 1, UINT32_MAX, 0, 0, "must be from 1 to 4294967295 MiB", NULL, NULL,
+          NULL },
+        { "disk_mb", 1, UINT32_MAX, 0, CL_LIMIT_ZERO_NONE, "must be more than 0 MiB", NULL, NULL,
+          NULL },
+        { NULL, 0, 0, 0, 0, NULL, NULL, NULL, NULL },
+    }, lifetime[] = {
+        { "timeout_secs", 0, MODAL_MAX_TIMEOUT_S, 0, CL_LIMIT_ABOVE | CL_LIMIT_ALWAYS,
+          "Modal takes 1 to 86400 seconds", NULL, NULL, NULL },
+        { NULL, 0, 0, 0, 0, NULL, NULL, NULL, NULL },
+    };
+    if (cl_limits_check(rq, MODAL_BACKEND, sizes, error) < 0)
         return -1;
-    }
-    if ((set & SBX_OPTION_MEMORY_MB) && !(rq->memory_mb > 0 && rq->memory_mb <= UINT32_MAX)) {
-        snprintf(buf, sizeof buf, "%lld", (long long)rq->memory_mb);
-        modal_refuse(error, "memory_mb", buf, "must be from 1 to 4294967295 MiB");
-        return -1;
-    }
-    if ((set & SBX_OPTION_DISK_MB) && rq->disk_mb && !(rq->disk_mb > 0 && rq->disk_mb <= UINT32_MAX)) {
-        snprintf(buf, sizeof buf, "%lld", (long long)rq->disk_mb);
-        modal_refuse(error, "disk_mb", buf, "must be more than 0 MiB");
-        return -1;
-    }
     Modal__Client__GPUConfig gpu = MODAL__CLIENT__GPUCONFIG__INIT;
     if (rq->gpu && modal_gpu(rq->gpu, &gpu, gtype, sizeof gtype, error) < 0)
         return -1;
-    double ts = rq->timeout_secs;
-    if (!(ts > 0) || ts > MODAL_MAX_TIMEOUT_S) {
-        snprintf(buf, sizeof buf, "%g", ts);
-        modal_refuse(error, "timeout_secs", buf, "Modal takes 1 to 86400 seconds");
+    if (cl_limits_check(rq, MODAL_BACKEND, lifetime, error) < 0)
         return -1;
-    }
+    double ts = rq->timeout_secs;
     /* The backend options: {"idle_timeout_secs": N, "memory_mb": N}, whole
      * numbers from 1 (seconds up to a day; MiB up to 2^32 - 1). */
     const cl_option options[] = {

@@ -646,7 +646,6 @@ static json_object *rl_create_body(const sbx_call_ctx *ctx, const sbx_plugin_cre
                                    sbx_error **error)
 {
     uint64_t set = rq->set_fields;
-    char buf[64];
     char *policy = NULL;
     int custom = 0;
     /* The backend options: {"network_policy_id": "...", "custom_size": bool}. */
@@ -659,9 +658,7 @@ static json_object *rl_create_body(const sbx_call_ctx *ctx, const sbx_plugin_cre
         || cl_backend_options(rq, RL_BACKEND, options, error) < 0)
         return NULL;
     json_object *b = json_object_new_object(), *lp = json_object_new_object();
-    json_object *meta = json_object_new_object();
     json_object_object_add(b, "launch_parameters", lp);
-    json_object_object_add(b, "metadata", meta);
     static const cl_unsupported unsupported[] = {
         { "app_name", "Runloop has no apps" },
         { "gpu", "Runloop devboxes have no GPUs" },
@@ -683,25 +680,17 @@ static json_object *rl_create_body(const sbx_call_ctx *ctx, const sbx_plugin_cre
     if (rq->snapshot_id)
         json_object_object_add(b, "snapshot_id", json_object_new_string(rq->snapshot_id));
     /* Size: the smallest named size that fits cpu and memory, else custom. */
-    double cpu = 0, gb = 0;
-    if (set & SBX_OPTION_CPU) {
-        if (!(rq->cpu > 0) || rq->cpu > 64) {
-            snprintf(buf, sizeof buf, "%g", rq->cpu);
-            rl_refuse(error, "cpu", buf, "Runloop takes more than 0 and at most 64 vCPUs");
-            goto fail;
-        }
-        cpu = rq->cpu;
-    }
-    if (set & SBX_OPTION_MEMORY_MB) {
-        if (rq->memory_mb < RL_MIN_MEMORY_MB || rq->memory_mb > 256 * 1024) {
-            snprintf(buf, sizeof buf, "%lld", (long long)rq->memory_mb);
-            cl_context(rl_refuse(error, "memory_mb", buf, "Runloop devboxes have "
-                                 RL_STR(RL_MIN_MEMORY_MB) " MB (X_SMALL) to 256 GiB"),
-                       "min_mb", RL_STR(RL_MIN_MEMORY_MB));
-            goto fail;
-        }
-        gb = (double)rq->memory_mb / 1024.0;
-    }
+    static const cl_limit limits[] = {
+        { "cpu", 0, 64, 0, CL_LIMIT_ABOVE, "Runloop takes more than 0 and at most 64 vCPUs",
+          NULL, NULL, NULL },
+        { "memory_mb", RL_MIN_MEMORY_MB, 256 * 1024, 0, 0, "Runloop devboxes have "
+          RL_STR(RL_MIN_MEMORY_MB) " MB (X_SMALL) to 256 GiB", "min_mb", NULL, NULL },
+        { NULL, 0, 0, 0, 0, NULL, NULL, NULL, NULL },
+    };
+    if (cl_limits_check(rq, RL_BACKEND, limits, error) < 0)
+        goto fail;
+    double cpu = set & SBX_OPTION_CPU ? rq->cpu : 0;
+    double gb = set & SBX_OPTION_MEMORY_MB ? (double)rq->memory_mb / 1024.0 : 0;
     int want_disk = (set & SBX_OPTION_DISK_MB) && rq->disk_mb > 0;
     if (cpu > 0 || gb > 0 || want_disk || custom) {
         const char *size = NULL;
@@ -743,12 +732,9 @@ static json_object *rl_create_body(const sbx_call_ctx *ctx, const sbx_plugin_cre
     if (t < 0)
         goto fail;
     json_object_object_add(lp, "keep_alive_time_seconds", json_object_new_int64(t));
-    json_object_object_add(meta, CL_META_BACKEND, json_object_new_string(RL_BACKEND));
-    if (ctx && ctx->create_token)
-        json_object_object_add(meta, CL_META_TOKEN, json_object_new_string(ctx->create_token));
-    snprintf(buf, sizeof buf, "%.0f", rq->expires_at > 0 ? rq->expires_at
-                                                        : cl_wallclock() + (double)t);
-    json_object_object_add(meta, CL_META_EXPIRES, json_object_new_string(buf));
+    json_object_object_add(b, "metadata", cl_meta_labels(ctx, RL_BACKEND, rq->expires_at > 0
+                                                         ? rq->expires_at
+                                                         : cl_wallclock() + (double)t));
     json_object_object_add(b, "environment_variables", cl_env_object(rq->env));
     free(policy);
     return b;

@@ -188,7 +188,6 @@ typedef struct tl_proc {
 /* ------------------------------------------------------------------------ */
 
 #define tl_is_gone(sb) cl_gone_get(&(sb)->s.gone)
-#define tl_mark_gone(sb) cl_gone_set(&(sb)->s.gone)
 #define tl_gone_error(error, op, id) cl_gone_error((error), (op), TL_BACKEND, (id))
 #define tl_check(sb, op, error) cl_gone_check(&(sb)->s.gone, (op), TL_BACKEND, (sb)->s.id, \
                                               (error))
@@ -328,7 +327,6 @@ static json_object *tl_create_body(struct sbx_plugin_client *c, const sbx_call_c
 {
     json_object *b = json_object_new_object(), *res = json_object_new_object();
     uint64_t set = rq->set_fields;
-    char buf[64];
     json_object_object_add(b, "resources", res);
     if (cl_workdir_check(TL_BACKEND, rq->workdir, error) < 0)
         goto fail;
@@ -336,35 +334,24 @@ static json_object *tl_create_body(struct sbx_plugin_client *c, const sbx_call_c
         tl_refuse(error, "app_name", rq->app_name, "Tensorlake has no apps");
         goto fail;
     }
-    if (set & SBX_OPTION_CPU) {
-        if (!(rq->cpu > 0)) {
-            snprintf(buf, sizeof buf, "%g", rq->cpu);
-            tl_refuse(error, "cpu", buf, "must be more than 0");
-            goto fail;
-        }
+    static const cl_limit limits[] = {
+        { "cpu", 0, 0, 0, CL_LIMIT_ABOVE, "must be more than 0", NULL, NULL, NULL },
+        { "memory_mb", TL_MIN_MEMORY_MB, 0, 0, 0, "below Tensorlake's minimum of "
+          TL_STR(TL_MIN_MEMORY_MB) " MB", "min_mb", NULL, NULL },
+        { NULL, 0, 0, 0, 0, NULL, NULL, NULL, NULL },
+    };
+    if (cl_limits_check(rq, TL_BACKEND, limits, error) < 0)
+        goto fail;
+    if (set & SBX_OPTION_CPU)
         json_object_object_add(res, "cpus", json_object_new_double(rq->cpu));
-    }
-    if (set & SBX_OPTION_MEMORY_MB) {
-        if (rq->memory_mb < TL_MIN_MEMORY_MB) {
-            snprintf(buf, sizeof buf, "%lld", (long long)rq->memory_mb);
-            cl_context(tl_refuse(error, "memory_mb", buf, "below Tensorlake's minimum of "
-                                 TL_STR(TL_MIN_MEMORY_MB) " MB"), "min_mb",
-                       TL_STR(TL_MIN_MEMORY_MB));
-            goto fail;
-        }
+    if (set & SBX_OPTION_MEMORY_MB)
         json_object_object_add(res, "memory_mb", json_object_new_int64(rq->memory_mb));
-    }
     if ((set & SBX_OPTION_DISK_MB) && rq->disk_mb > 0)
         json_object_object_add(res, "disk_mb", json_object_new_int64(rq->disk_mb));
     if ((set & SBX_OPTION_GPU) && rq->gpu) {
-        const char *colon = strchr(rq->gpu, ':');
-        size_t ml = colon ? (size_t)(colon - rq->gpu) : strlen(rq->gpu);
-        char *end = NULL;
-        long count = colon ? strtol(colon + 1, &end, 10) : 1;
-        int known = 0;
-        for (size_t i = 0; tl_gpu_models[i]; i++)
-            known |= strlen(tl_gpu_models[i]) == ml && strncmp(tl_gpu_models[i], rq->gpu, ml) == 0;
-        if (!known || (colon && (*end || count < 1 || count > 8))) {
+        size_t ml;
+        long count;
+        if (cl_gpu_parse(rq->gpu, tl_gpu_models, 8, &ml, &count) < 0) {
             tl_refuse(error, "gpu", rq->gpu, "Tensorlake offers A100-40GB, A100-80GB, H100, T4, "
                                              "A6000, A10 (MODEL[:COUNT])");
             goto fail;
@@ -784,8 +771,7 @@ static int tl_suspend_look(void *ud, const char **state, sbx_error **error)
     json_object *j = tl_get(w->sb->s.c, w->ctx, w->sb->s.id, &st, "stop", error);
     if (!j) {
         if (st == 404) {
-            tl_mark_gone(w->sb);
-            tl_gone_error(error, "stop", w->sb->s.id);
+            cl_gone_mark(&w->sb->s.gone, error, "stop", TL_BACKEND, w->sb->s.id);
         }
         return -1;
     }

@@ -828,7 +828,6 @@ static json_object *vc_create_body(struct sbx_plugin_client *c, const sbx_call_c
                                    json_object **labels, sbx_error **error)
 {
     uint64_t set = rq->set_fields;
-    char buf[64];
     *extend_s = 0;
     *labels = NULL;
     if (cl_workdir_check(VC_BACKEND, rq->workdir, error) < 0)
@@ -871,29 +870,20 @@ static json_object *vc_create_body(struct sbx_plugin_client *c, const sbx_call_c
         json_object_object_add(src, "snapshotId", json_object_new_string(rq->snapshot_id));
         json_object_object_add(b, "source", src);
     }
+    static const cl_limit limits[] = {
+        { "cpu", 0, 8, 0, CL_LIMIT_ABOVE, "Vercel takes more than 0 and at most 8 vCPUs", NULL,
+          "max", NULL },
+        { "memory_mb", VC_MIN_MEMORY_MB, 8 * VC_MB_PER_VCPU, 0, 0, "Vercel gives 2048 MB per "
+          "vCPU: from 1024 MB (1 vCPU) to 16384 MB (8 vCPUs)", "min_mb", "max_mb", NULL },
+        { "timeout_secs", 0, VC_MAX_LIFETIME_S, 0, CL_LIMIT_ABOVE, "Vercel sandboxes live more "
+          "than 0 and at most 18000 s (5 h)", NULL, NULL, NULL },
+        { NULL, 0, 0, 0, 0, NULL, NULL, NULL, NULL },
+    };
+    if (cl_limits_check(rq, VC_BACKEND, limits, error) < 0)
+        goto fail;
+    double cpu = set & SBX_OPTION_CPU ? rq->cpu : 0;
+    long long mem = set & SBX_OPTION_MEMORY_MB ? rq->memory_mb : 0;
     /* vCPUs: the fewest of 1, 2, 4, 8 that hold cpu and memory. */
-    double cpu = 0;
-    long long mem = 0;
-    if (set & SBX_OPTION_CPU) {
-        if (!(rq->cpu > 0) || rq->cpu > 8) {
-            snprintf(buf, sizeof buf, "%g", rq->cpu);
-            cl_context(vc_refuse(error, "cpu", buf, "Vercel takes more than 0 and at most 8 "
-                                 "vCPUs"), "max", "8");
-            goto fail;
-        }
-        cpu = rq->cpu;
-    }
-    if (set & SBX_OPTION_MEMORY_MB) {
-        if (rq->memory_mb < VC_MIN_MEMORY_MB || rq->memory_mb > 8 * VC_MB_PER_VCPU) {
-            snprintf(buf, sizeof buf, "%lld", (long long)rq->memory_mb);
-            sbx_error *err = vc_refuse(error, "memory_mb", buf, "Vercel gives 2048 MB per "
-                                       "vCPU: from 1024 MB (1 vCPU) to 16384 MB (8 vCPUs)");
-            cl_context(err, "min_mb", "1024");
-            cl_context(err, "max_mb", "16384");
-            goto fail;
-        }
-        mem = rq->memory_mb;
-    }
     if (cpu > 0 || mem > 0) {
         int v = 1;
         while (v < 8 && (v < cpu || (long long)v * VC_MB_PER_VCPU < mem))
@@ -911,15 +901,8 @@ static json_object *vc_create_body(struct sbx_plugin_client *c, const sbx_call_c
     }
     /* The provider-side lifetime, always (CASE-33): ms. */
     long long t = VC_DEFAULT_LIFETIME_S;
-    if (set & SBX_OPTION_TIMEOUT_SECS) {
-        if (!(rq->timeout_secs > 0) || rq->timeout_secs > VC_MAX_LIFETIME_S) {
-            snprintf(buf, sizeof buf, "%g", rq->timeout_secs);
-            vc_refuse(error, "timeout_secs", buf, "Vercel sandboxes live more than 0 and at "
-                      "most 18000 s (5 h)");
-            goto fail;
-        }
+    if (set & SBX_OPTION_TIMEOUT_SECS)
         t = (long long)ceil(rq->timeout_secs) + VC_LIFETIME_MARGIN_S;
-    }
     if (t > VC_MAX_CREATE_S) {
         *extend_s = t - VC_MAX_CREATE_S;
         t = VC_MAX_CREATE_S;
