@@ -11,14 +11,18 @@
  * failures of terminate and execute (the e2b contract fake, its faults set
  * at run time), a provider that does not answer (create, execute and
  * terminate answered 504 within BESPOKE_PROVIDER_TIMEOUT_SECS and the
- * execute's margin), and the cases CASE-07, CASE-17, CASE-36 and CASE-38.
+ * execute's margin), the cases CASE-07, CASE-17, CASE-36 and CASE-38, and
+ * request bodies read as pydantic's lax mode reads them (through HTTP, and
+ * server/lax.c's coercions directly, linked in).
  *
  * The store is SQLite, or PostgreSQL when SBX_TEST_CP_PG_URL is set
  * (scripts/test runs this program both ways; tests/cputil.h).
  */
 #include <arpa/inet.h>
 #include <dirent.h>
+#include <errno.h>
 #include <fcntl.h>
+#include <math.h>
 #include <netinet/in.h>
 #include <poll.h>
 #include <pthread.h>
@@ -37,6 +41,7 @@
 #include <libpq-fe.h>
 #include <sqlite3.h>
 
+#include "../server/lax.h"         /* cp_lax_int(), cp_lax_float(), cp_lax_bool() */
 #include "../server/util.h"        /* cp_seal(), cp_unseal(), cp_hmac_hex() */
 #include "cputil.h"
 #include "testutil.h"
@@ -5518,4 +5523,213 @@ Test(server, costs_report_counts_an_answered_execute)
     srv = other;
     terminate(key, id);
     free(id);
+}
+
+/* ---------------------------------------------------------------- lax */
+
+/* Checks one coercion of @kind ('i', 'f', 'b') against @want: pydantic's
+ * error type, or the value it gives (an integer in decimal, past int64
+ * the bound the server keeps with its range; a float as Python's repr(),
+ * "inf", "-inf" or "nan"; a bool "1" or "0"). @what names the case. */
+static void
+expect_lax(char kind, int rc, const cp_lax_error *err, int64_t i, int range, double f, int b,
+           const char *want, const char *what)
+{
+    if (!((want[0] >= '0' && want[0] <= '9') || want[0] == '-' || !strcmp(want, "inf") ||
+          !strcmp(want, "nan"))) {
+        cr_expect_eq(rc, -1, "%c %s: accepted, want %s", kind, what, want);
+        if (rc < 0)
+            cr_expect_str_eq(err->type, want, "%c %s", kind, what);
+        return;
+    }
+    cr_expect_eq(rc, 0, "%c %s: %s, want %s", kind, what, rc ? err->type : "", want);
+    if (rc)
+        return;
+    if (kind == 'i') {
+        long long w;
+        errno = 0;
+        w = strtoll(want, NULL, 10);
+        cr_expect_eq(i, (int64_t)w, "%c %s: %lld", kind, what, (long long)i);
+        cr_expect_eq(range, errno != ERANGE ? CP_LAX_IN_RANGE : w > 0 ? CP_LAX_ABOVE : CP_LAX_BELOW,
+                     "%c %s", kind, what);
+    } else if (kind == 'f') {
+        double w = strtod(want, NULL);
+        cr_expect(isnan(w) ? isnan(f) : f == w, "%c %s: %.17g", kind, what, f);
+    } else {
+        cr_expect_eq(b, atoi(want), "%c %s", kind, what);
+    }
+}
+
+/* The coercions of server/lax.c, rule by rule, as pydantic 2.13.4 answers
+ * them for a model with an int, a float and a bool field (the values
+ * below are its answers): strings trimmed of Unicode white space (not of
+ * U+001C or U+200B), underscores between digits, "5.0" as an int, Rust's
+ * float syntax (inf, nan, "5.", ".5"), the bool words in any case and
+ * untrimmed; then JSON numbers and booleans. */
+Test(lax, coercions_are_pydantics)
+{
+    static const struct { char kind; const char *text, *want; } texts[] = {
+        { 'i', "5", "5" },
+        { 'i', " 7 ", "7" },
+        { 'i', "+3", "3" },
+        { 'i', "-4", "-4" },
+        { 'i', "1_000", "1000" },
+        { 'i', "5.0", "5" },
+        { 'i', "5.00", "5" },
+        { 'i', "0_5", "5" },
+        { 'i', "0005", "5" },
+        { 'i', "\0119\012", "9" },
+        { 'i', "\302\2405", "5" },
+        { 'i', "5\343\200\200", "5" },
+        { 'i', "\342\200\2505", "5" },
+        { 'i', "\0135\014", "5" },
+        { 'i', "\302\2055", "5" },
+        { 'i', "\0345", "int_parsing" },
+        { 'i', "\342\200\2135", "int_parsing" },
+        { 'i', "x", "int_parsing" },
+        { 'i', "1e3", "int_parsing" },
+        { 'i', "0x10", "int_parsing" },
+        { 'i', "5.5", "int_parsing" },
+        { 'i', "5.", "int_parsing" },
+        { 'i', ".0", "int_parsing" },
+        { 'i', "", "int_parsing" },
+        { 'i', " ", "int_parsing" },
+        { 'i', "1__0", "int_parsing" },
+        { 'i', "_1", "int_parsing" },
+        { 'i', "1_", "int_parsing" },
+        { 'i', "-_5", "int_parsing" },
+        { 'i', "5.0_", "int_parsing" },
+        { 'i', "1_0.0_0", "int_parsing" },
+        { 'i', "+-5", "int_parsing" },
+        { 'i', "5 0", "int_parsing" },
+        { 'i', "\331\245", "int_parsing" },
+        { 'i', "9223372036854775807", "9223372036854775807" },
+        { 'i', "9223372036854775808", "9223372036854775808" },
+        { 'i', "-9223372036854775808", "-9223372036854775808" },
+        { 'i', "-9223372036854775809", "-9223372036854775809" },
+        { 'i', "99999999999999999999", "99999999999999999999" },
+        { 'i', "1_000.000", "1000" },
+        { 'f', "2.5", "2.5" },
+        { 'f', " 2.5 ", "2.5" },
+        { 'f', "+1.5", "1.5" },
+        { 'f', "-2", "-2.0" },
+        { 'f', ".5", "0.5" },
+        { 'f', "5.", "5.0" },
+        { 'f', "1e3", "1000.0" },
+        { 'f', "1.5E-3", "0.0015" },
+        { 'f', "1_0.5", "10.5" },
+        { 'f', "1_.5", "1.5" },
+        { 'f', "1._5", "1.5" },
+        { 'f', "1e1_0", "10000000000.0" },
+        { 'f', "1_e1", "10.0" },
+        { 'f', "inf", "inf" },
+        { 'f', "-Infinity", "-inf" },
+        { 'f', "iNfInItY", "inf" },
+        { 'f', "nan", "nan" },
+        { 'f', "+NaN", "nan" },
+        { 'f', "i_nf", "inf" },
+        { 'f', "1e309", "inf" },
+        { 'f', "1e-400", "0.0" },
+        { 'f', "\302\2402.5", "2.5" },
+        { 'f', "x", "float_parsing" },
+        { 'f', "", "float_parsing" },
+        { 'f', ".", "float_parsing" },
+        { 'f', "e5", "float_parsing" },
+        { 'f', "1e", "float_parsing" },
+        { 'f', "0x10", "float_parsing" },
+        { 'f', "1__0", "float_parsing" },
+        { 'f', "_1", "float_parsing" },
+        { 'f', "1_", "float_parsing" },
+        { 'f', " 1_0 ", "float_parsing" },
+        { 'f', "infinit", "float_parsing" },
+        { 'f', "nan(1)", "float_parsing" },
+        { 'f', "1d", "float_parsing" },
+        { 'f', "\331\241", "float_parsing" },
+        { 'f', "4.9e-324", "5e-324" },
+        { 'f', "0.1", "0.1" },
+        { 'f', "1_000_000.000_1", "1000000.0001" },
+        { 'b', "true", "1" },
+        { 'b', "TRUE", "1" },
+        { 'b', "tRuE", "1" },
+        { 'b', "false", "0" },
+        { 'b', "yes", "1" },
+        { 'b', "No", "0" },
+        { 'b', "on", "1" },
+        { 'b', "OFF", "0" },
+        { 'b', "t", "1" },
+        { 'b', "F", "0" },
+        { 'b', "y", "1" },
+        { 'b', "n", "0" },
+        { 'b', "1", "1" },
+        { 'b', "0", "0" },
+        { 'b', "x", "bool_parsing" },
+        { 'b', "", "bool_parsing" },
+        { 'b', " true", "bool_parsing" },
+        { 'b', "true ", "bool_parsing" },
+        { 'b', "2", "bool_parsing" },
+        { 'b', "01", "bool_parsing" },
+        { 'b', "+1", "bool_parsing" },
+        { 'b', "1.0", "bool_parsing" },
+        { 'b', "0.0", "bool_parsing" },
+        { 'b', "yess", "bool_parsing" },
+        { 'b', "o", "bool_parsing" },
+    };
+    static const struct { char kind; const char *json, *want; } values[] = {
+        { 'i', "true", "1" },
+        { 'i', "false", "0" },
+        { 'i', "5.0", "5" },
+        { 'i', "5.5", "int_from_float" },
+        { 'i', "1e20", "int_parsing_size" },
+        { 'i', "-9.3e18", "int_parsing_size" },
+        { 'i', "[]", "int_type" },
+        { 'i', "{}", "int_type" },
+        { 'f', "true", "1.0" },
+        { 'f', "false", "0.0" },
+        { 'f', "2", "2.0" },
+        { 'f', "9223372036854775808", "9.223372036854776e+18" },
+        { 'f', "[]", "float_type" },
+        { 'b', "0", "0" },
+        { 'b', "1", "1" },
+        { 'b', "2", "bool_parsing" },
+        { 'b', "-1", "bool_parsing" },
+        { 'b', "0.0", "0" },
+        { 'b', "-0.0", "0" },
+        { 'b', "1.0", "1" },
+        { 'b', "2.0", "bool_parsing" },
+        { 'b', "0.5", "bool_type" },
+        { 'b', "1e20", "bool_type" },
+        { 'b', "9223372036854775807", "bool_parsing" },
+        { 'b', "9223372036854775808", "bool_type" },
+        { 'b', "[]", "bool_type" },
+        { 'b', "{}", "bool_type" },
+    };
+    cp_lax_error err = { NULL, NULL };
+
+    for (size_t k = 0; k < sizeof texts / sizeof texts[0]; k++) {
+        int64_t i = 0;
+        int range = 0, b = 0, rc;
+        double f = 0;
+        size_t len = strlen(texts[k].text);
+        if (texts[k].kind == 'i')
+            rc = cp_lax_int_text(texts[k].text, len, &i, &range, &err);
+        else if (texts[k].kind == 'f')
+            rc = cp_lax_float_text(texts[k].text, len, &f, &err);
+        else
+            rc = cp_lax_bool_text(texts[k].text, len, &b, &err);
+        expect_lax(texts[k].kind, rc, &err, i, range, f, b, texts[k].want, texts[k].text);
+    }
+    for (size_t k = 0; k < sizeof values / sizeof values[0]; k++) {
+        json_object *v = json_tokener_parse(values[k].json);
+        int64_t i = 0;
+        int range = 0, b = 0, rc;
+        double f = 0;
+        if (values[k].kind == 'i')
+            rc = cp_lax_int(v, &i, &range, &err);
+        else if (values[k].kind == 'f')
+            rc = cp_lax_float(v, &f, &err);
+        else
+            rc = cp_lax_bool(v, &b, &err);
+        expect_lax(values[k].kind, rc, &err, i, range, f, b, values[k].want, values[k].json);
+        json_object_put(v);
+    }
 }
