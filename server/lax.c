@@ -114,9 +114,34 @@ cp_lax_int_text(const char *text, size_t len, int64_t *out, int *range, cp_lax_e
                 return fail(err, &INT_PARSING);
         e = dot;
     }
+    /* A sign, then leading zeros: pydantic skips zeros and underscores,
+     * then reads a minus sign (after none before), one underscore and
+     * digits that do not begin with a zero ("0-5", "+0-5" and "0_-_5"
+     * are -5, "-0__5" too; "0-05" is no integer). */
     p = b;
     if (p < e && (*p == '+' || *p == '-'))
         neg = *p++ == '-';
+    if (e - p > 1 && *p == '0') {
+        const char *q = p;
+        while (q < e && (*q == '0' || *q == '_'))
+            q++;
+        if (q == e) {
+            if (e[-1] != '0')
+                return fail(err, &INT_PARSING);
+            *out = 0;
+            *range = CP_LAX_IN_RANGE;
+            return 0;
+        }
+        if (*q == '-' && !neg) {
+            neg = 1;
+            q++;
+            if (q < e && *q == '_')
+                q++;
+            if (q < e && *q == '0' && q + 1 != e)
+                return fail(err, &INT_PARSING);
+        }
+        p = q;
+    }
     if (p == e)
         return fail(err, &INT_PARSING);
     for (; p < e; p++) {
@@ -140,12 +165,11 @@ cp_lax_int_text(const char *text, size_t len, int64_t *out, int *range, cp_lax_e
         }
         prev_digit = 1;
     }
-    /* Past the bound: as JSON writes integers (an optional minus, no
-     * leading zero, no underscore, no white space around), more than
-     * LAX_MAX_DIGITS characters
-     * are too large (pydantic reads that text as a JSON number first);
-     * written otherwise, more digits than that are no integer (it falls
-     * back to Python's int(), whose digit limit this is). */
+    /* Past the bound: written as JSON writes integers (an optional
+     * minus, no leading zero, no underscore, no white space around), more
+     * than LAX_MAX_DIGITS characters are too large (pydantic reads that
+     * text as a JSON number first); written otherwise, more digits than
+     * that are no integer (Python's int() digit limit). */
     if (sig > LAX_MAX_DIGITS || (size_t)(e - b) > LAX_MAX_DIGITS) {
         const char *d = b + (*b == '-');
         int json_like = !trimmed && *b != '+' && d < e && (*d != '0' || e - d == 1);

@@ -15,9 +15,11 @@
  *   zeros ("5.0"), after Unicode white space is trimmed from both ends
  *   (int_parsing; more than 4300 characters written as JSON writes an
  *   integer int_parsing_size, more than 4300 digits written otherwise
- *   int_parsing); else int_type. Not followed: after leading zeros
- *   pydantic also reads a sign and runs of underscores ("0-5" as -5,
- *   "0__5" as 5); here those are int_parsing.
+ *   int_parsing); else int_type. After a leading zero (and a sign),
+ *   zeros and underscores are skipped, and when no minus came before,
+ *   one may follow, then one underscore and digits that do not begin
+ *   with a zero ("0__5" is 5; "0-5", "+0-5", "-0__5" and "0_-_5" are -5;
+ *   "0-05" is int_parsing), as pydantic reads them.
  * - float: a JSON number (an integer past the double range is float_type);
  *   true/false as 1.0/0.0; a string, trimmed of Unicode white space, in
  *   Rust's float syntax (sign, digits with an optional point and exponent,

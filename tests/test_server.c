@@ -5563,7 +5563,8 @@ expect_lax(char kind, int rc, const cp_lax_error *err, int64_t i, int range, dou
 /* The coercions of server/lax.c, rule by rule, as pydantic 2.13.4 answers
  * them for a model with an int, a float and a bool field (the values
  * below are its answers): strings trimmed of Unicode white space (not of
- * U+001C or U+200B), underscores between digits, "5.0" as an int, Rust's
+ * U+001C or U+200B), underscores between digits, leading zeros (and what
+ * pydantic reads after them: "0-5" is -5), "5.0" as an int, Rust's
  * float syntax (inf, nan, "5.", ".5"), the bool words in any case and
  * untrimmed; then JSON numbers and booleans. */
 Test(lax, coercions_are_pydantics)
@@ -5603,6 +5604,15 @@ Test(lax, coercions_are_pydantics)
         { 'i', "+-5", "int_parsing" },
         { 'i', "5 0", "int_parsing" },
         { 'i', "\331\245", "int_parsing" },
+        { 'i', "0-5", "-5" },
+        { 'i', "0__5", "5" },
+        { 'i', "+0-5", "-5" },
+        { 'i', "-0__5", "-5" },
+        { 'i', "0_-_5", "-5" },
+        { 'i', "0-05", "int_parsing" },
+        { 'i', "0_", "int_parsing" },
+        { 'i', "0_0", "0" },
+        { 'i', "00-_0", "0" },
         { 'i', "9223372036854775807", "9223372036854775807" },
         { 'i', "9223372036854775808", "9223372036854775808" },
         { 'i', "-9223372036854775808", "-9223372036854775808" },
