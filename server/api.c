@@ -3,10 +3,14 @@
  * (CONTROL-PLANE.md §1 "Sandboxes", §3 idempotency), plus the statement
  * and reply helpers the endpoint files share (server/api.h).
  *
+ * Bodies are read as the reference's pydantic models read them, in lax
+ * mode (server/lax.h: "5" for an int, "yes" for a bool), and a refusal
+ * is pydantic's 422 item.
+ *
  * Create: the Idempotency-Key (1..255 characters, scoped to the
  * organisation, CASE-38) and the request fingerprint (HMAC-SHA256 under
- * the pepper of the canonical body, env_vars values included) are checked
- * and the sandbox row reserved in ONE transaction (lock
+ * the pepper of the canonical, coerced body, env_vars values included)
+ * are checked and the sandbox row reserved in ONE transaction (lock
  * "idempotency:<org>:<key>"); a replay returns the stored record with no
  * provider call, a different body is 409; the provider call comes after
  * the commit, and its outcome is written in a second transaction. A server

@@ -29,8 +29,8 @@ static const cp_lax_error BOOL_PARSING = {
     "bool_parsing", "Input should be a valid boolean, unable to interpret input"
 };
 
-/* The most significant digits a string integer may have (pydantic's bound,
- * Python's default int_max_str_digits). */
+/* pydantic's bound on an integer's text: Python's default
+ * int_max_str_digits (cp_lax_int_text() says how it applies). */
 #define LAX_MAX_DIGITS 4300
 
 static int

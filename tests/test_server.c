@@ -1455,6 +1455,9 @@ Test(server, bodies_are_coerced_as_pydantics_lax_mode)
         { "\"allow_internet\":-1",
           "{\"detail\":[{\"type\":\"bool_parsing\",\"loc\":[\"body\",\"allow_internet\"],\"msg"
           "\":\"Input should be a valid boolean, unable to interpret input\",\"input\":-1}]}" },
+        { "\"allow_internet\":-9223372036854775809",
+          "{\"detail\":[{\"type\":\"bool_type\",\"loc\":[\"body\",\"allow_internet\"],\"msg\":\""
+          "Input should be a valid boolean\",\"input\":-9223372036854775809}]}" },
         { "\"image\":5",
           "{\"detail\":[{\"type\":\"string_type\",\"loc\":[\"body\",\"image\"],\"msg\":\"Input "
           "should be a valid string\",\"input\":5}]}" },
@@ -1533,6 +1536,28 @@ Test(server, bodies_are_coerced_as_pydantics_lax_mode)
         cr_expect_str_eq(r->body, refused[i][1], "%s", b);
         cpu_response_free(r);
         free(b);
+    }
+    /* Integers past the double range for a float: Python's float(int)
+     * overflows, which pydantic answers float_type, echoing the integer
+     * as sent (2 followed by 308 zeros; -1 followed by 400). */
+    {
+        static const char *const lead[] = { "2", "-1" };
+        static const size_t zeros[] = { 308, 400 };
+        for (size_t i = 0; i < 2; i++) {
+            char num[420], *b, *want;
+            snprintf(num, sizeof num, "%s", lead[i]);
+            memset(num + strlen(lead[i]), '0', zeros[i]);
+            num[strlen(lead[i]) + zeros[i]] = '\0';
+            b = tu_strdup_printf("{\"backend\":\"local\",\"cpu\":%s}", num);
+            want = tu_strdup_printf("{\"detail\":[{\"type\":\"float_type\",\"loc\":[\"body\","
+                                    "\"cpu\"],\"msg\":\"Input should be a valid number\","
+                                    "\"input\":%s}]}", num);
+            r = req_s(422, "POST", "/v1/sandboxes", key, NULL, b);
+            cr_expect_str_eq(r->body, want, "%s", b);
+            cpu_response_free(r);
+            free(b);
+            free(want);
+        }
     }
     /* One key: the same request however its number is written. */
     {
