@@ -3,10 +3,14 @@
  * (CONTROL-PLANE.md §1 "Sandboxes", §3 idempotency), plus the statement
  * and reply helpers the endpoint files share (server/api.h).
  *
+ * Bodies are read as the reference's pydantic models read them, in lax
+ * mode (server/lax.h: "5" for an int, "yes" for a bool), and a refusal
+ * is pydantic's 422 item.
+ *
  * Create: the Idempotency-Key (1..255 characters, scoped to the
  * organisation, CASE-38) and the request fingerprint (HMAC-SHA256 under
- * the pepper of the canonical body, env_vars values included) are checked
- * and the sandbox row reserved in ONE transaction (lock
+ * the pepper of the canonical, coerced body, env_vars values included)
+ * are checked and the sandbox row reserved in ONE transaction (lock
  * "idempotency:<org>:<key>"); a replay returns the stored record with no
  * provider call, a different body is 409; the provider call comes after
  * the commit, and its outcome is written in a second transaction. A server
@@ -901,63 +905,93 @@ idempotency_key_is_text(const char *k)
 typedef struct create_req {
     const char *backend_raw;
     char backend[64];
-    json_object *canon;           /* fingerprinted fields (with backend) */
+    json_object *canon;           /* fingerprinted fields (with backend), coerced */
     json_object *config;          /* stored config */
-    double cpu;
-    int64_t memory_mb, timeout_secs;
+    double cpu;                   /* 1 when absent */
+    int64_t memory_mb;            /* 1024 when absent */
+    int64_t disk_mb, timeout_secs; /* 0 when absent */
     const char *gpu;
 } create_req;
 
-/* A JSON number for @d printed as Python's repr() does: the shortest text
- * that reads back as @d, with ".0" on whole numbers ("2.0", "0.1"). */
+/* A JSON number for @d printed as Python's repr() does: the shortest
+ * digits that read back as @d, in fixed notation with at least one
+ * decimal when the exponent is within [-4, 16) ("2.0", "10.0", "0.0001"),
+ * else in exponent notation ("1e+16", "1.5e-05"). */
 static json_object *
 jdouble(double d)
 {
     char buf[40];
+    int prec, exp10;
 
-    for (int prec = 1; prec <= 17; prec++) {
-        snprintf(buf, sizeof buf, "%.*g", prec, d);
+    for (prec = 1; prec <= 17; prec++) {
+        snprintf(buf, sizeof buf, "%.*e", prec - 1, d);
         if (strtod(buf, NULL) == d)
             break;
     }
-    if (!strpbrk(buf, ".eEn"))
-        strncat(buf, ".0", sizeof buf - strlen(buf) - 1);
+    exp10 = atoi(strchr(buf, 'e') + 1);
+    if (exp10 >= -4 && exp10 < 16)
+        snprintf(buf, sizeof buf, "%.*f", prec - 1 - exp10 > 0 ? prec - 1 - exp10 : 1, d);
     return json_object_new_double_s(d, buf);
 }
 
-/* Outcomes of int_field() besides 0 (an int64 in *@out). */
-enum {
-    INT_NOT_INT = -1,           /* not a number (pydantic's int_type) */
-    INT_FRACTION = -2,          /* a float with a fractional part (int_from_float) */
-    INT_FLOAT_SIZE = -3,        /* a float past int64 (int_parsing_size) */
-    INT_TOO_BIG = -4,           /* an integer past INT64_MAX: valid to pydantic,
-                                 * but no libsbx option carries it */
-};
-
-/* @v as an integer field, as pydantic reads an int from JSON numbers: an
- * integer (*@out, or INT_TOO_BIG past INT64_MAX; one below INT64_MIN is
- * INT64_MIN, which every field refuses as pydantic would), or a float with
- * no fractional part strictly within (-2^63, 2^63). */
-static int
-int_field(json_object *v, int64_t *out)
+/* The input of a refusal: @v as sent, a float as Python's repr() writes
+ * it (pydantic echoes the float json.loads() made). */
+static json_object *
+lax_input(json_object *v)
 {
-    if (json_object_is_type(v, json_type_int)) {
-        if (json_object_get_uint64(v) > (uint64_t)INT64_MAX)
-            return INT_TOO_BIG;
-        *out = json_object_get_int64(v);
-        return 0;
+    return json_object_is_type(v, json_type_double) ? jdouble(json_object_get_double(v))
+                                                    : json_object_get(v);
+}
+
+int
+body_int_gt0(cp_response *res, const char *field, json_object *v, int64_t *out, int *range)
+{
+    cp_lax_error err;
+
+    if (cp_lax_int(v, out, range, &err) < 0) {
+        reply_validation(res, err.type, "body", field, err.msg, lax_input(v));
+        return -1;
     }
-    if (json_object_is_type(v, json_type_double)) {
-        double d = json_object_get_double(v);
-        /* Past 2^53 every double is whole. */
-        if (d >= 9223372036854775808.0 || d <= -9223372036854775808.0)
-            return INT_FLOAT_SIZE;
-        if ((double)(int64_t)d != d)
-            return INT_FRACTION;
-        *out = (int64_t)d;
-        return 0;
+    if (*out <= 0) {
+        reply_validation_ctx(res, "greater_than", "body", field, "Input should be greater than 0",
+                             lax_input(v), cp_ctx_num("gt", json_object_new_int(0)));
+        return -1;
     }
-    return INT_NOT_INT;
+    return 0;
+}
+
+int
+body_float_gt0(cp_response *res, const char *field, json_object *v, double *out)
+{
+    cp_lax_error err;
+
+    if (cp_lax_float(v, out, &err) < 0) {
+        reply_validation(res, err.type, "body", field, err.msg, json_object_get(v));
+        return -1;
+    }
+    if (!(*out > 0)) {
+        reply_validation_ctx(res, "greater_than", "body", field, "Input should be greater than 0",
+                             lax_input(v), cp_ctx_num("gt", json_object_new_double(0)));
+        return -1;
+    }
+    if (isinf(*out)) {
+        reply_validation(res, "finite_number", "body", field, "Input should be a finite number",
+                         lax_input(v));
+        return -1;
+    }
+    return 0;
+}
+
+int
+body_bool(cp_response *res, const char *field, json_object *v, int *out)
+{
+    cp_lax_error err;
+
+    if (cp_lax_bool(v, out, &err) < 0) {
+        reply_validation(res, err.type, "body", field, err.msg, json_object_get(v));
+        return -1;
+    }
+    return 0;
 }
 
 static int
@@ -980,105 +1014,175 @@ env_name_ok(const char *name)
  * shows. */
 #define CP_LAST_SECOND INT64_C(253402300799)
 
-/* Validates the create body into @c (CONTROL-PLANE.md §1): NULL fields are
- * absent, unknown fields dropped. 0, or -1 with a 422 in @res. */
+/* How a create field is read (pydantic's type of the reference's model). */
+enum {
+    CF_BACKEND,                 /* str, required; trimmed and lowercased */
+    CF_STR,                     /* str */
+    CF_FLOAT_GT0,               /* float, gt=0 */
+    CF_INT_GT0,                 /* int, gt=0 */
+    CF_BOOL,                    /* bool */
+    CF_ENV,                     /* dict[str, str], at most 256 */
+};
+
+/* The create model's fields, in the reference's order: pydantic validates
+ * them in this order, so the first refusal is the first of its list. */
+static const struct create_field {
+    const char *name;
+    int kind;
+} create_fields[] = {
+    { "backend", CF_BACKEND },  { "preset", CF_STR },       { "cpu", CF_FLOAT_GT0 },
+    { "memory_mb", CF_INT_GT0 }, { "disk_mb", CF_INT_GT0 }, { "timeout_secs", CF_INT_GT0 },
+    { "gpu", CF_STR },          { "image", CF_STR },        { "env_vars", CF_ENV },
+    { "allow_internet", CF_BOOL }, { "app_name", CF_STR },  { "template", CF_STR },
+    { "snapshot_id", CF_STR },  { "workdir", CF_STR },      { "git_repo", CF_STR },
+    { "git_ref", CF_STR },
+};
+#define N_CREATE_FIELDS (sizeof create_fields / sizeof create_fields[0])
+
+static int
+cmp_create_field(const void *a, const void *b)
+{
+    return strcmp(create_fields[*(const size_t *)a].name, create_fields[*(const size_t *)b].name);
+}
+
+/* The create's backend: trimmed of spaces, tabs and newlines, lowercased
+ * (at most 63 bytes kept). */
+static void
+normalize_backend(create_req *c, json_object *v)
+{
+    const char *s = json_object_get_string(v), *e;
+
+    while (*s == ' ' || *s == '\t' || *s == '\n')
+        s++;
+    e = s + strlen(s);
+    while (e > s && (e[-1] == ' ' || e[-1] == '\t' || e[-1] == '\n'))
+        e--;
+    c->backend_raw = json_object_get_string(v);
+    if ((size_t)(e - s) >= sizeof c->backend)
+        e = s + sizeof c->backend - 1;
+    for (size_t i = 0; s + i < e; i++)
+        c->backend[i] = (char)((s[i] >= 'A' && s[i] <= 'Z') ? s[i] + 32 : s[i]);
+}
+
+/* env_vars @v (a JSON value, not null) as {name: value} sorted by name into
+ * *@canon, and the sorted names into *@names; 0, or -1 with the 422. In
+ * pydantic's order: each value's type, the length (at most 256), then the
+ * names (a validator after those). */
+static int
+read_env_vars(json_object *v, json_object **canon, json_object **names, cp_response *res)
+{
+    const char **keys;
+    size_t nk = 0, total;
+
+    if (!json_object_is_type(v, json_type_object)) {
+        reply_validation(res, "dict_type", "body", "env_vars", "Input should be a valid dictionary",
+                         json_object_get(v));
+        return -1;
+    }
+    json_object_object_foreach(v, tk, tv) {
+        if (!json_object_is_type(tv, json_type_string)) {
+            reply_validation_item(res, "string_type", "body", "env_vars",
+                                  json_object_new_string(tk), "Input should be a valid string",
+                                  json_object_get(tv));
+            return -1;
+        }
+    }
+    total = (size_t)json_object_object_length(v);
+    if (total > 256) {
+        reply_too_long(res, "body", "env_vars", "Dictionary", 256, total, json_object_get(v));
+        return -1;
+    }
+    json_object_object_foreach(v, nk_, nv) {
+        (void)nv;
+        if (!env_name_ok(nk_)) {
+            reply_validation(res, "value_error", "body", "env_vars", ENV_NAME_RULE,
+                             json_object_new_string(nk_));
+            return -1;
+        }
+    }
+    keys = calloc(total ? total : 1, sizeof *keys);
+    json_object_object_foreach(v, key, val) {
+        (void)val;
+        keys[nk++] = key;
+    }
+    qsort(keys, nk, sizeof keys[0], cmp_key);
+    *canon = json_object_new_object();
+    *names = json_object_new_array();
+    for (size_t i = 0; i < nk; i++) {
+        json_object_object_add(*canon, keys[i], json_object_get(json_object_object_get(v, keys[i])));
+        json_object_array_add(*names, json_object_new_string(keys[i]));
+    }
+    free(keys);
+    return 0;
+}
+
+/* Validates the create body into @c (CONTROL-PLANE.md §1) as the
+ * reference's pydantic model does, lax mode (server/lax.h): each field
+ * read by the reader of its type, in the model's order; NULL fields are
+ * absent, unknown fields dropped. c->canon (fingerprinted, backend
+ * included) and c->config (stored; env_vars as env_var_names, left out
+ * when empty) hold the coerced values with their keys sorted, so
+ * {"timeout_secs": "5"} and {"timeout_secs": 5} are one request. 0, or -1
+ * with a 422 in @res. */
 static int
 parse_create(json_object *body, create_req *c, cp_response *res)
 {
-    json_object *v;
-    /* The canonical object: keys inserted in sorted order. */
-    static const char *const order[] = { "allow_internet", "app_name", "backend", "cpu",
-                                         "disk_mb", "env_vars", "git_ref", "git_repo", "gpu",
-                                         "image", "memory_mb", "preset", "snapshot_id",
-                                         "template", "timeout_secs", "workdir" };
+    json_object *val[N_CREATE_FIELDS] = { NULL }, *env_names = NULL, *v;
+    size_t order[N_CREATE_FIELDS];
+    int rc = -1;
 
     memset(c, 0, sizeof *c);
     c->cpu = 1;
     c->memory_mb = 1024;
-    c->canon = json_object_new_object();
-    c->config = json_object_new_object();
-    for (size_t k = 0; k < sizeof order / sizeof order[0]; k++) {
-        const char *f = order[k];
+    for (size_t k = 0; k < N_CREATE_FIELDS; k++) {
+        const char *f = create_fields[k].name;
         if (!json_object_object_get_ex(body, f, &v) || json_object_is_type(v, json_type_null)) {
-            if (!strcmp(f, "backend")) {
-                reply_validation(res, "missing", "body", "backend", "Field required",
+            if (create_fields[k].kind == CF_BACKEND) {
+                reply_validation(res, "missing", "body", f, "Field required",
                                  json_object_get(body));
-                return -1;
+                goto out;
             }
             continue;
         }
-        if (!strcmp(f, "backend")) {
-            const char *s, *e;
+        switch (create_fields[k].kind) {
+        case CF_BACKEND:
+        case CF_STR:
             if (!json_object_is_type(v, json_type_string)) {
                 reply_validation(res, "string_type", "body", f, "Input should be a valid string",
                                  json_object_get(v));
-                return -1;
+                goto out;
             }
-            s = json_object_get_string(v);
-            while (*s == ' ' || *s == '\t' || *s == '\n')
-                s++;
-            e = s + strlen(s);
-            while (e > s && (e[-1] == ' ' || e[-1] == '\t' || e[-1] == '\n'))
-                e--;
-            c->backend_raw = json_object_get_string(v);
-            if ((size_t)(e - s) >= sizeof c->backend)
-                e = s + sizeof c->backend - 1;
-            for (size_t i = 0; s + i < e; i++)
-                c->backend[i] = (char)((s[i] >= 'A' && s[i] <= 'Z') ? s[i] + 32 : s[i]);
-            json_object_object_add(c->canon, f, json_object_new_string(c->backend));
-        } else if (!strcmp(f, "cpu")) {
+            if (create_fields[k].kind == CF_BACKEND) {
+                normalize_backend(c, v);
+                val[k] = json_object_new_string(c->backend);
+            } else {
+                val[k] = json_object_get(v);
+                if (!strcmp(f, "gpu"))
+                    c->gpu = json_object_get_string(v);
+            }
+            break;
+        case CF_FLOAT_GT0: {
             double d;
-            if (!json_object_is_type(v, json_type_int) && !json_object_is_type(v, json_type_double)) {
-                reply_validation(res, "float_type", "body", f, "Input should be a valid number",
-                                 json_object_get(v));
-                return -1;
-            }
-            d = json_object_get_double(v);
-            if (!(d > 0)) {
-                reply_validation_ctx(res, "greater_than", "body", f,
-                                     "Input should be greater than 0", json_object_get(v),
-                                     cp_ctx_num("gt", json_object_new_double(0)));
-                return -1;
-            }
+            if (body_float_gt0(res, f, v, &d) < 0)
+                goto out;
             c->cpu = d;
-            json_object_object_add(c->canon, f, jdouble(d));
-            json_object_object_add(c->config, f, jdouble(d));
-        } else if (!strcmp(f, "memory_mb") || !strcmp(f, "disk_mb") ||
-                   !strcmp(f, "timeout_secs")) {
-            int64_t iv = INT64_MAX;
-            int rc = json_object_is_type(v, json_type_boolean) ? INT_NOT_INT : int_field(v, &iv);
-            if (rc == INT_NOT_INT) {
-                reply_validation(res, "int_type", "body", f, "Input should be a valid integer",
-                                 json_object_get(v));
-                return -1;
-            }
-            if (rc == INT_FRACTION) {
-                reply_validation(res, "int_from_float", "body", f,
-                                 "Input should be a valid integer, got a number with a "
-                                 "fractional part", jdouble(json_object_get_double(v)));
-                return -1;
-            }
-            if (rc == INT_FLOAT_SIZE) {
-                reply_validation(res, "int_parsing_size", "body", f,
-                                 "Unable to parse input string as an integer, exceeded "
-                                 "maximum size", jdouble(json_object_get_double(v)));
-                return -1;
-            }
+            val[k] = jdouble(d);
+            break;
+        }
+        case CF_INT_GT0: {
+            int64_t iv;
+            int range;
+            if (body_int_gt0(res, f, v, &iv, &range) < 0)
+                goto out;
             /* Past INT64_MAX (timeout_secs is bounded below, as its
              * expiry): pydantic's words for a bound at INT64_MAX, which
              * is what the server can carry, rather than a value cut to it. */
-            if (rc == INT_TOO_BIG && strcmp(f, "timeout_secs") != 0) {
+            if (range == CP_LAX_ABOVE && strcmp(f, "timeout_secs") != 0) {
                 reply_validation_ctx(res, "less_than_equal", "body", f,
                                      "Input should be less than or equal to "
                                      "9223372036854775807", json_object_get(v),
                                      cp_ctx_num("le", json_object_new_int64(INT64_MAX)));
-                return -1;
-            }
-            if (iv <= 0) {
-                reply_validation_ctx(res, "greater_than", "body", f,
-                                     "Input should be greater than 0", json_object_get(v),
-                                     cp_ctx_num("gt", json_object_new_int(0)));
-                return -1;
+                goto out;
             }
             /* The expiry (now + timeout_secs) must be a time the record
              * can show: at most 9999-12-31T23:59:59Z (the reference's
@@ -1089,86 +1193,55 @@ parse_create(json_object *body, create_req *c, cp_response *res)
                 reply_validation_ctx(res, "less_than_equal", "body", f, m, json_object_get(v),
                                      cp_ctx_num("le", json_object_new_int64(le)));
                 free(m);
-                return -1;
+                goto out;
             }
             if (!strcmp(f, "memory_mb"))
                 c->memory_mb = iv;
-            if (!strcmp(f, "timeout_secs"))
-                c->timeout_secs = iv;
-            json_object_object_add(c->canon, f, json_object_new_int64(iv));
-            json_object_object_add(c->config, f, json_object_new_int64(iv));
-        } else if (!strcmp(f, "allow_internet")) {
-            if (!json_object_is_type(v, json_type_boolean)) {
-                reply_validation(res, "bool_type", "body", f, "Input should be a valid boolean",
-                                 json_object_get(v));
-                return -1;
-            }
-            json_object_object_add(c->canon, f, json_object_new_boolean(json_object_get_boolean(v)));
-            json_object_object_add(c->config, f, json_object_new_boolean(json_object_get_boolean(v)));
-        } else if (!strcmp(f, "env_vars")) {
-            const char **keys;
-            size_t nk = 0, total;
-            json_object *canon_env, *names;
-            if (!json_object_is_type(v, json_type_object)) {
-                reply_validation(res, "dict_type", "body", f, "Input should be a valid dictionary",
-                                 json_object_get(v));
-                return -1;
-            }
-            /* In pydantic's order: each value's type, the length (at most
-             * 256), then the names (a validator after those). */
-            json_object_object_foreach(v, tk, tv) {
-                if (!json_object_is_type(tv, json_type_string)) {
-                    reply_validation_item(res, "string_type", "body", f,
-                                          json_object_new_string(tk),
-                                          "Input should be a valid string", json_object_get(tv));
-                    return -1;
-                }
-            }
-            total = (size_t)json_object_object_length(v);
-            if (total > 256) {
-                reply_too_long(res, "body", f, "Dictionary", 256, total, json_object_get(v));
-                return -1;
-            }
-            json_object_object_foreach(v, nk_, nv) {
-                (void)nv;
-                if (!env_name_ok(nk_)) {
-                    reply_validation(res, "value_error", "body", f, ENV_NAME_RULE,
-                                     json_object_new_string(nk_));
-                    return -1;
-                }
-            }
-            keys = calloc(total ? total : 1, sizeof *keys);
-            canon_env = json_object_new_object();
-            names = json_object_new_array();
-            json_object_object_foreach(v, key, val) {
-                (void)val;
-                keys[nk++] = key;
-            }
-            qsort(keys, nk, sizeof keys[0], cmp_key);
-            for (size_t i = 0; i < nk; i++) {
-                json_object *ev = json_object_object_get(v, keys[i]);
-                json_object_object_add(canon_env, keys[i], json_object_get(ev));
-                json_object_array_add(names, json_object_new_string(keys[i]));
-            }
-            free(keys);
-            json_object_object_add(c->canon, f, canon_env);
-            if (nk)
-                json_object_object_add(c->config, "env_var_names", names);
+            else if (!strcmp(f, "disk_mb"))
+                c->disk_mb = iv;
             else
-                json_object_put(names);
-        } else {
-            if (!json_object_is_type(v, json_type_string)) {
-                reply_validation(res, "string_type", "body", f, "Input should be a valid string",
-                                 json_object_get(v));
-                return -1;
-            }
-            if (!strcmp(f, "gpu"))
-                c->gpu = json_object_get_string(v);
-            json_object_object_add(c->canon, f, json_object_get(v));
-            json_object_object_add(c->config, f, json_object_get(v));
+                c->timeout_secs = iv;
+            val[k] = json_object_new_int64(iv);
+            break;
+        }
+        case CF_BOOL: {
+            int bv;
+            if (body_bool(res, f, v, &bv) < 0)
+                goto out;
+            val[k] = json_object_new_boolean(bv);
+            break;
+        }
+        case CF_ENV:
+            if (read_env_vars(v, &val[k], &env_names, res) < 0)
+                goto out;
+            break;
         }
     }
-    return 0;
+    /* The canonical object and the config: keys in sorted order. */
+    for (size_t k = 0; k < N_CREATE_FIELDS; k++)
+        order[k] = k;
+    qsort(order, N_CREATE_FIELDS, sizeof order[0], cmp_create_field);
+    c->canon = json_object_new_object();
+    c->config = json_object_new_object();
+    for (size_t i = 0; i < N_CREATE_FIELDS; i++) {
+        size_t k = order[i];
+        const char *f = create_fields[k].name;
+        if (!val[k])
+            continue;
+        json_object_object_add(c->canon, f, json_object_get(val[k]));
+        if (create_fields[k].kind == CF_ENV) {
+            if (json_object_array_length(env_names))
+                json_object_object_add(c->config, "env_var_names", json_object_get(env_names));
+        } else if (create_fields[k].kind != CF_BACKEND) {
+            json_object_object_add(c->config, f, json_object_get(val[k]));
+        }
+    }
+    rc = 0;
+out:
+    for (size_t k = 0; k < N_CREATE_FIELDS; k++)
+        json_object_put(val[k]);
+    json_object_put(env_names);
+    return rc;
 }
 
 static void
@@ -1178,29 +1251,25 @@ create_req_free(create_req *c)
     json_object_put(c->config);
 }
 
-/* The libsbx options of a create body; NULL with *@e. */
+/* The libsbx options of a create whose body parse_create() read into @c:
+ * its coerced values (c->canon); NULL with *@e. */
 static sbx_options *
-options_of(json_object *body, const create_req *c, sbx_error **e)
+options_of(const create_req *c, sbx_error **e)
 {
     sbx_options *o = sbx_options_new();
     json_object *v;
     int rc = 0;
 
-#define STR(name) (json_object_object_get_ex(body, name, &v) && \
-                   json_object_is_type(v, json_type_string) ? json_object_get_string(v) : NULL)
+#define HAS(name) json_object_object_get_ex(c->canon, name, &v)
+#define STR(name) (HAS(name) ? json_object_get_string(v) : NULL)
     if (STR("preset"))
         rc |= sbx_options_set_preset(o, STR("preset"), e);
-    if (!rc && json_object_object_get_ex(body, "cpu", &v) && !json_object_is_type(v, json_type_null))
+    if (!rc && HAS("cpu"))
         rc |= sbx_options_set_cpu(o, c->cpu, e);
-    if (!rc && json_object_object_get_ex(body, "memory_mb", &v) &&
-        !json_object_is_type(v, json_type_null))
+    if (!rc && HAS("memory_mb"))
         rc |= sbx_options_set_memory_mb(o, c->memory_mb, e);
-    if (!rc && json_object_object_get_ex(body, "disk_mb", &v) &&
-        !json_object_is_type(v, json_type_null)) {
-        int64_t d = 0;
-        int_field(v, &d);
-        rc |= sbx_options_set_disk_mb(o, d, e);
-    }
+    if (!rc && HAS("disk_mb"))
+        rc |= sbx_options_set_disk_mb(o, c->disk_mb, e);
     if (!rc && c->timeout_secs)
         rc |= sbx_options_set_timeout_secs(o, (double)c->timeout_secs, e);
     if (!rc && STR("gpu"))
@@ -1217,17 +1286,16 @@ options_of(json_object *body, const create_req *c, sbx_error **e)
         rc |= sbx_options_set_workdir(o, STR("workdir"), e);
     if (!rc && STR("git_repo"))
         rc |= sbx_options_set_git_repo(o, STR("git_repo"), STR("git_ref"), e);
-    if (!rc && json_object_object_get_ex(body, "allow_internet", &v) &&
-        json_object_is_type(v, json_type_boolean))
+    if (!rc && HAS("allow_internet"))
         rc |= sbx_options_set_allow_internet(o, json_object_get_boolean(v), e);
-    if (!rc && json_object_object_get_ex(body, "env_vars", &v) &&
-        json_object_is_type(v, json_type_object)) {
+    if (!rc && HAS("env_vars")) {
         json_object_object_foreach(v, key, val) {
             if (!rc)
                 rc |= sbx_options_set_env(o, key, json_object_get_string(val), e);
         }
     }
 #undef STR
+#undef HAS
     /* Detached: the sandbox outlives this process's plugin host, so a
      * restarted server (or another replica) reattaches to it. */
     if (!rc)
@@ -1334,7 +1402,7 @@ h_sandbox_create(cx *x, cp_request *req, cp_response *res)
 
     /* The provider call, after the commit. */
     client = cp_runtime_client(cp_server_runtimes(x->srv), c.backend, &e);
-    opts = client ? options_of(body, &c, &e) : NULL;
+    opts = client ? options_of(&c, &e) : NULL;
     sb = opts ? sbx_sandbox_create(client, opts, &e) : NULL;
     if (sb && getenv("SBX_SERVER_TEST_CRASH_AFTER_PROVIDER_CREATE")) {
         /* Test hook: die between the provider create and the commit of its
@@ -2079,9 +2147,11 @@ h_sandbox_execute(cx *x, cp_request *req, cp_response *res)
         goto out;
     if (body_opt_string(body, "code", &code, res) < 0)
         goto out;
-    if (body_opt_string(body, "command", &command, res) < 0)
-        goto out;
+    /* In the reference's order (code, language, command, args), then the
+     * fields beyond it. */
     if (body_opt_string(body, "language", &language, res) < 0)
+        goto out;
+    if (body_opt_string(body, "command", &command, res) < 0)
         goto out;
     if (json_object_object_get_ex(body, "args", &v) && !json_object_is_type(v, json_type_null)) {
         if (!json_object_is_type(v, json_type_array)) {
@@ -2133,20 +2203,10 @@ h_sandbox_execute(cx *x, cp_request *req, cp_response *res)
     }
     if (body_opt_string(body, "cwd", &cwd, res) < 0)
         goto out;
-    if (json_object_object_get_ex(body, "timeout_secs", &v) && !json_object_is_type(v, json_type_null)) {
-        if (!json_object_is_type(v, json_type_int) && !json_object_is_type(v, json_type_double)) {
-            reply_validation(res, "float_type", "body", "timeout_secs",
-                             "Input should be a valid number", json_object_get(v));
-            goto out;
-        }
-        if (!(json_object_get_double(v) > 0)) {
-            reply_validation_ctx(res, "greater_than", "body", "timeout_secs",
-                                 "Input should be greater than 0", json_object_get(v),
-                                 cp_ctx_num("gt", json_object_new_double(0)));
-            goto out;
-        }
-        exec_timeout = json_object_get_double(v);
-    }
+    if (json_object_object_get_ex(body, "timeout_secs", &v) &&
+        !json_object_is_type(v, json_type_null) &&
+        body_float_gt0(res, "timeout_secs", v, &exec_timeout) < 0)
+        goto out;
     if (!code == !command) {
         reply_validation(res, "value_error", "body", NULL,
                          "Value error, provide exactly one of code or command",

@@ -6,6 +6,7 @@
 #ifndef SBX_SERVER_API_H
 #define SBX_SERVER_API_H
 
+#include "lax.h"
 #include "server.h"
 
 /* One request's view of the store: a pooled connection, taken on first use
@@ -70,6 +71,21 @@ void reply_validation_item(cp_response *res, const char *type, const char *where
                            json_object *input);
 /* {@name: @value} (@value taken): a constraint's ctx ({"gt": 0}). */
 json_object *cp_ctx_num(const char *name, json_object *value);
+/* A body member @field whose value @v (borrowed, not null) is read as
+ * pydantic v2's lax mode reads the field's type (server/lax.h; one reader
+ * per type, used by every field of that type): 0 with the coerced value in
+ * *@out, or -1 with pydantic's 422 item in @res ("loc": ["body", @field],
+ * "input" @v as sent, a float as Python writes it). body_int_gt0(): an int
+ * with gt=0 (greater_than, ctx {"gt": 0}); *@range is CP_LAX_ABOVE when
+ * the value is past INT64_MAX (*@out INT64_MAX: the field decides).
+ * body_float_gt0(): a float with gt=0 (ctx {"gt": 0.0}); a value that is
+ * infinite ("inf", "1e999"), which pydantic would take, is refused as
+ * finite_number ("Input should be a finite number"), as a non-finite JSON
+ * number is (no record or provider can carry it). body_bool(): a bool. */
+int body_int_gt0(cp_response *res, const char *field, json_object *v, int64_t *out,
+                 int *range);
+int body_float_gt0(cp_response *res, const char *field, json_object *v, double *out);
+int body_bool(cp_response *res, const char *field, json_object *v, int *out);
 /* pydantic's too_long of a @field_type ("List", "Dictionary") field with
  * at most @max items and @actual: "{T} should have at most N items after
  * validation, not M", ctx {field_type, max_length, actual_length}; @input

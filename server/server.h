@@ -6,7 +6,8 @@
  * Layout: main.c (settings, start, signals), http.c (libmicrohttpd, a
  * thread per connection, security headers, the request log), api.c
  * (routing and the sandbox endpoints), auth.c (product keys, scopes, organisations, API
- * keys, the session), meter.c (pricing, usage, ledgers, costs), runtime.c
+ * keys, the session), lax.c (body values coerced as pydantic's lax mode
+ * does), meter.c (pricing, usage, ledgers, costs), runtime.c
  * (one sbx_client per enabled backend, sandbox handles), util.c (time
  * stamps, ids, encodings, HMAC, the sealing of session state), store*.c
  * (server/store.h).

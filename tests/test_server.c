@@ -11,14 +11,18 @@
  * failures of terminate and execute (the e2b contract fake, its faults set
  * at run time), a provider that does not answer (create, execute and
  * terminate answered 504 within BESPOKE_PROVIDER_TIMEOUT_SECS and the
- * execute's margin), and the cases CASE-07, CASE-17, CASE-36 and CASE-38.
+ * execute's margin), the cases CASE-07, CASE-17, CASE-36 and CASE-38, and
+ * request bodies read as pydantic's lax mode reads them (through HTTP, and
+ * server/lax.c's coercions directly, linked in).
  *
  * The store is SQLite, or PostgreSQL when SBX_TEST_CP_PG_URL is set
  * (scripts/test runs this program both ways; tests/cputil.h).
  */
 #include <arpa/inet.h>
 #include <dirent.h>
+#include <errno.h>
 #include <fcntl.h>
+#include <math.h>
 #include <netinet/in.h>
 #include <poll.h>
 #include <pthread.h>
@@ -37,6 +41,7 @@
 #include <libpq-fe.h>
 #include <sqlite3.h>
 
+#include "../server/lax.h"         /* cp_lax_int(), cp_lax_float(), cp_lax_bool() */
 #include "../server/util.h"        /* cp_seal(), cp_unseal(), cp_hmac_hex() */
 #include "cputil.h"
 #include "testutil.h"
@@ -1218,7 +1223,9 @@ Test(server, create_validation)
     cpu_response_free(r);
     r = req_s(422, "POST", "/v1/sandboxes", key, NULL,
               "{\"backend\":\"local\",\"timeout_secs\":\"x\"}");
-    cr_assert_str_eq(cpu_jstr(r, "detail.0.type"), "int_type");
+    cr_assert_str_eq(cpu_jstr(r, "detail.0.type"), "int_parsing");
+    cr_assert_str_eq(cpu_jstr(r, "detail.0.msg"),
+                     "Input should be a valid integer, unable to parse string as an integer");
     cpu_response_free(r);
     r = req_s(422, "POST", "/v1/sandboxes", key, NULL, "{\"backend\":");
     cr_assert_str_eq(cpu_jstr(r, "detail.0.type"), "json_invalid");
@@ -1282,6 +1289,335 @@ Test(server, create_validation)
     r = req_s(200, "GET", "/v1/sandboxes", key, NULL, NULL);
     cr_assert_eq(json_object_array_length(r->json), 0);
     cpu_response_free(r);
+}
+
+/* Request bodies are read as the reference reads them: pydantic v2 in its
+ * default, lax, mode (server/lax.h). Numbers and booleans sent as strings
+ * ("5", " 7 ", "1_000", "5.0", "yes") and booleans sent as numbers are
+ * coerced, stored in the config as their coerced values and fingerprinted
+ * so (one Idempotency-Key replays "5" and 5 as the same request); what
+ * pydantic refuses is its exact 422 (the first item of its list, in the
+ * model's field order). Every expected value below is pydantic 2.13.4's
+ * answer for a model of the same shape. */
+Test(server, bodies_are_coerced_as_pydantics_lax_mode)
+{
+    static const char *const accepted[][2] = {
+        /* create fields after "backend":"local", and the record's config */
+        { "\"timeout_secs\":\"5\"",
+          "{\"timeout_secs\":5}" },
+        { "\"timeout_secs\":\" 7 \"",
+          "{\"timeout_secs\":7}" },
+        { "\"timeout_secs\":\"+3\"",
+          "{\"timeout_secs\":3}" },
+        { "\"timeout_secs\":\"1_000\"",
+          "{\"timeout_secs\":1000}" },
+        { "\"timeout_secs\":\"5.0\"",
+          "{\"timeout_secs\":5}" },
+        { "\"timeout_secs\":5.0",
+          "{\"timeout_secs\":5}" },
+        { "\"timeout_secs\":true",
+          "{\"timeout_secs\":1}" },
+        { "\"timeout_secs\":\"\\t9\\n\"",
+          "{\"timeout_secs\":9}" },
+        { "\"memory_mb\":\"512\",\"disk_mb\":\"2_048\"",
+          "{\"disk_mb\":2048,\"memory_mb\":512}" },
+        { "\"cpu\":\"2.5\"",
+          "{\"cpu\":2.5}" },
+        { "\"cpu\":true",
+          "{\"cpu\":1.0}" },
+        { "\"cpu\":\"1e1\"",
+          "{\"cpu\":10.0}" },
+        { "\"cpu\":\" 0.5 \"",
+          "{\"cpu\":0.5}" },
+        { "\"cpu\":2",
+          "{\"cpu\":2.0}" },
+        { "\"cpu\":\"1_0.5\"",
+          "{\"cpu\":10.5}" },
+        { "\"allow_internet\":0",
+          "{\"allow_internet\":false}" },
+        { "\"allow_internet\":1",
+          "{\"allow_internet\":true}" },
+        { "\"allow_internet\":\"yes\"",
+          "{\"allow_internet\":true}" },
+        { "\"allow_internet\":\"Off\"",
+          "{\"allow_internet\":false}" },
+        { "\"allow_internet\":\"T\"",
+          "{\"allow_internet\":true}" },
+        { "\"allow_internet\":1.0",
+          "{\"allow_internet\":true}" },
+        { "\"allow_internet\":\"n\"",
+          "{\"allow_internet\":false}" },
+    };
+    static const char *const refused[][2] = {
+        /* create fields after "backend":"local", and the answer */
+        { "\"timeout_secs\":\"x\"",
+          "{\"detail\":[{\"type\":\"int_parsing\",\"loc\":[\"body\",\"timeout_secs\"],\"msg\":"
+          "\"Input should be a valid integer, unable to parse string as an integer\",\"input\":"
+          "\"x\"}]}" },
+        { "\"timeout_secs\":\"1e3\"",
+          "{\"detail\":[{\"type\":\"int_parsing\",\"loc\":[\"body\",\"timeout_secs\"],\"msg\":"
+          "\"Input should be a valid integer, unable to parse string as an integer\",\"input\":"
+          "\"1e3\"}]}" },
+        { "\"timeout_secs\":\"0x10\"",
+          "{\"detail\":[{\"type\":\"int_parsing\",\"loc\":[\"body\",\"timeout_secs\"],\"msg\":"
+          "\"Input should be a valid integer, unable to parse string as an integer\",\"input\":"
+          "\"0x10\"}]}" },
+        { "\"timeout_secs\":\"5.5\"",
+          "{\"detail\":[{\"type\":\"int_parsing\",\"loc\":[\"body\",\"timeout_secs\"],\"msg\":"
+          "\"Input should be a valid integer, unable to parse string as an integer\",\"input\":"
+          "\"5.5\"}]}" },
+        { "\"timeout_secs\":\"\"",
+          "{\"detail\":[{\"type\":\"int_parsing\",\"loc\":[\"body\",\"timeout_secs\"],\"msg\":"
+          "\"Input should be a valid integer, unable to parse string as an integer\",\"input\":"
+          "\"\"}]}" },
+        { "\"timeout_secs\":\"5.\"",
+          "{\"detail\":[{\"type\":\"int_parsing\",\"loc\":[\"body\",\"timeout_secs\"],\"msg\":"
+          "\"Input should be a valid integer, unable to parse string as an integer\",\"input\":"
+          "\"5.\"}]}" },
+        { "\"timeout_secs\":\"1__0\"",
+          "{\"detail\":[{\"type\":\"int_parsing\",\"loc\":[\"body\",\"timeout_secs\"],\"msg\":"
+          "\"Input should be a valid integer, unable to parse string as an integer\",\"input\":"
+          "\"1__0\"}]}" },
+        { "\"timeout_secs\":\"0\"",
+          "{\"detail\":[{\"type\":\"greater_than\",\"loc\":[\"body\",\"timeout_secs\"],\"msg\":"
+          "\"Input should be greater than 0\",\"input\":\"0\",\"ctx\":{\"gt\":0}}]}" },
+        { "\"timeout_secs\":\"-1\"",
+          "{\"detail\":[{\"type\":\"greater_than\",\"loc\":[\"body\",\"timeout_secs\"],\"msg\":"
+          "\"Input should be greater than 0\",\"input\":\"-1\",\"ctx\":{\"gt\":0}}]}" },
+        { "\"timeout_secs\":false",
+          "{\"detail\":[{\"type\":\"greater_than\",\"loc\":[\"body\",\"timeout_secs\"],\"msg\":"
+          "\"Input should be greater than 0\",\"input\":false,\"ctx\":{\"gt\":0}}]}" },
+        { "\"timeout_secs\":[]",
+          "{\"detail\":[{\"type\":\"int_type\",\"loc\":[\"body\",\"timeout_secs\"],\"msg\":\"In"
+          "put should be a valid integer\",\"input\":[]}]}" },
+        { "\"timeout_secs\":{}",
+          "{\"detail\":[{\"type\":\"int_type\",\"loc\":[\"body\",\"timeout_secs\"],\"msg\":\"In"
+          "put should be a valid integer\",\"input\":{}}]}" },
+        { "\"memory_mb\":\"0.0\"",
+          "{\"detail\":[{\"type\":\"greater_than\",\"loc\":[\"body\",\"memory_mb\"],\"msg\":\"I"
+          "nput should be greater than 0\",\"input\":\"0.0\",\"ctx\":{\"gt\":0}}]}" },
+        { "\"disk_mb\":\" -5 \"",
+          "{\"detail\":[{\"type\":\"greater_than\",\"loc\":[\"body\",\"disk_mb\"],\"msg\":\"Inp"
+          "ut should be greater than 0\",\"input\":\" -5 \",\"ctx\":{\"gt\":0}}]}" },
+        { "\"cpu\":\"x\"",
+          "{\"detail\":[{\"type\":\"float_parsing\",\"loc\":[\"body\",\"cpu\"],\"msg\":\"Input "
+          "should be a valid number, unable to parse string as a number\",\"input\":\"x\"}]}" },
+        { "\"cpu\":\"nan\"",
+          "{\"detail\":[{\"type\":\"greater_than\",\"loc\":[\"body\",\"cpu\"],\"msg\":\"Input s"
+          "hould be greater than 0\",\"input\":\"nan\",\"ctx\":{\"gt\":0.0}}]}" },
+        { "\"cpu\":\"-inf\"",
+          "{\"detail\":[{\"type\":\"greater_than\",\"loc\":[\"body\",\"cpu\"],\"msg\":\"Input s"
+          "hould be greater than 0\",\"input\":\"-inf\",\"ctx\":{\"gt\":0.0}}]}" },
+        { "\"cpu\":\"0\"",
+          "{\"detail\":[{\"type\":\"greater_than\",\"loc\":[\"body\",\"cpu\"],\"msg\":\"Input s"
+          "hould be greater than 0\",\"input\":\"0\",\"ctx\":{\"gt\":0.0}}]}" },
+        { "\"cpu\":false",
+          "{\"detail\":[{\"type\":\"greater_than\",\"loc\":[\"body\",\"cpu\"],\"msg\":\"Input s"
+          "hould be greater than 0\",\"input\":false,\"ctx\":{\"gt\":0.0}}]}" },
+        { "\"cpu\":[]",
+          "{\"detail\":[{\"type\":\"float_type\",\"loc\":[\"body\",\"cpu\"],\"msg\":\"Input sho"
+          "uld be a valid number\",\"input\":[]}]}" },
+        { "\"cpu\":\"0x10\"",
+          "{\"detail\":[{\"type\":\"float_parsing\",\"loc\":[\"body\",\"cpu\"],\"msg\":\"Input "
+          "should be a valid number, unable to parse string as a number\",\"input\":\"0x10\"}]}" },
+        { "\"cpu\":\"1e-400\"",
+          "{\"detail\":[{\"type\":\"greater_than\",\"loc\":[\"body\",\"cpu\"],\"msg\":\"Input s"
+          "hould be greater than 0\",\"input\":\"1e-400\",\"ctx\":{\"gt\":0.0}}]}" },
+        { "\"cpu\":\"_1\"",
+          "{\"detail\":[{\"type\":\"float_parsing\",\"loc\":[\"body\",\"cpu\"],\"msg\":\"Input "
+          "should be a valid number, unable to parse string as a number\",\"input\":\"_1\"}]}" },
+        { "\"allow_internet\":\"x\"",
+          "{\"detail\":[{\"type\":\"bool_parsing\",\"loc\":[\"body\",\"allow_internet\"],\"msg"
+          "\":\"Input should be a valid boolean, unable to interpret input\",\"input\":\"x\"}]}" },
+        { "\"allow_internet\":2",
+          "{\"detail\":[{\"type\":\"bool_parsing\",\"loc\":[\"body\",\"allow_internet\"],\"msg"
+          "\":\"Input should be a valid boolean, unable to interpret input\",\"input\":2}]}" },
+        { "\"allow_internet\":0.5",
+          "{\"detail\":[{\"type\":\"bool_type\",\"loc\":[\"body\",\"allow_internet\"],\"msg\":"
+          "\"Input should be a valid boolean\",\"input\":0.5}]}" },
+        { "\"allow_internet\":\"\"",
+          "{\"detail\":[{\"type\":\"bool_parsing\",\"loc\":[\"body\",\"allow_internet\"],\"msg"
+          "\":\"Input should be a valid boolean, unable to interpret input\",\"input\":\"\"}]}" },
+        { "\"allow_internet\":\" true\"",
+          "{\"detail\":[{\"type\":\"bool_parsing\",\"loc\":[\"body\",\"allow_internet\"],\"msg"
+          "\":\"Input should be a valid boolean, unable to interpret input\",\"input\":\" true"
+          "\"}]}" },
+        { "\"allow_internet\":[]",
+          "{\"detail\":[{\"type\":\"bool_type\",\"loc\":[\"body\",\"allow_internet\"],\"msg\":"
+          "\"Input should be a valid boolean\",\"input\":[]}]}" },
+        { "\"allow_internet\":10000000000000000000",
+          "{\"detail\":[{\"type\":\"bool_type\",\"loc\":[\"body\",\"allow_internet\"],\"msg\":"
+          "\"Input should be a valid boolean\",\"input\":10000000000000000000}]}" },
+        { "\"allow_internet\":\"1.0\"",
+          "{\"detail\":[{\"type\":\"bool_parsing\",\"loc\":[\"body\",\"allow_internet\"],\"msg"
+          "\":\"Input should be a valid boolean, unable to interpret input\",\"input\":\"1.0\"}"
+          "]}" },
+        { "\"allow_internet\":-1",
+          "{\"detail\":[{\"type\":\"bool_parsing\",\"loc\":[\"body\",\"allow_internet\"],\"msg"
+          "\":\"Input should be a valid boolean, unable to interpret input\",\"input\":-1}]}" },
+        { "\"allow_internet\":-9223372036854775809",
+          "{\"detail\":[{\"type\":\"bool_type\",\"loc\":[\"body\",\"allow_internet\"],\"msg\":\""
+          "Input should be a valid boolean\",\"input\":-9223372036854775809}]}" },
+        { "\"image\":5",
+          "{\"detail\":[{\"type\":\"string_type\",\"loc\":[\"body\",\"image\"],\"msg\":\"Input "
+          "should be a valid string\",\"input\":5}]}" },
+        { "\"gpu\":true",
+          "{\"detail\":[{\"type\":\"string_type\",\"loc\":[\"body\",\"gpu\"],\"msg\":\"Input sh"
+          "ould be a valid string\",\"input\":true}]}" },
+        { "\"preset\":1.5",
+          "{\"detail\":[{\"type\":\"string_type\",\"loc\":[\"body\",\"preset\"],\"msg\":\"Input"
+          " should be a valid string\",\"input\":1.5}]}" },
+        { "\"env_vars\":{\"A\":1}",
+          "{\"detail\":[{\"type\":\"string_type\",\"loc\":[\"body\",\"env_vars\",\"A\"],\"msg\""
+          ":\"Input should be a valid string\",\"input\":1}]}" },
+        /* several refusals: pydantic's first, in the model's order */
+        { "\"allow_internet\":\"maybe\",\"cpu\":\"x\"",
+          "{\"detail\":[{\"type\":\"float_parsing\",\"loc\":[\"body\",\"cpu\"],\"msg\":\"Input "
+          "should be a valid number, unable to parse string as a number\",\"input\":\"x\"}]}" },
+        { "\"timeout_secs\":\"x\",\"memory_mb\":\"y\"",
+          "{\"detail\":[{\"type\":\"int_parsing\",\"loc\":[\"body\",\"memory_mb\"],\"msg\":\"In"
+          "put should be a valid integer, unable to parse string as an integer\",\"input\":\"y"
+          "\"}]}" },
+    };
+    static const char *const exec_refused[][2] = {
+        /* execute fields after "command":"true", and the answer */
+        { "\"timeout_secs\":\"x\"",
+          "{\"detail\":[{\"type\":\"float_parsing\",\"loc\":[\"body\",\"timeout_secs\"],\"msg\""
+          ":\"Input should be a valid number, unable to parse string as a number\",\"input\":\""
+          "x\"}]}" },
+        { "\"timeout_secs\":\"0\"",
+          "{\"detail\":[{\"type\":\"greater_than\",\"loc\":[\"body\",\"timeout_secs\"],\"msg\":"
+          "\"Input should be greater than 0\",\"input\":\"0\",\"ctx\":{\"gt\":0.0}}]}" },
+        { "\"timeout_secs\":false",
+          "{\"detail\":[{\"type\":\"greater_than\",\"loc\":[\"body\",\"timeout_secs\"],\"msg\":"
+          "\"Input should be greater than 0\",\"input\":false,\"ctx\":{\"gt\":0.0}}]}" },
+        { "\"timeout_secs\":\"nan\"",
+          "{\"detail\":[{\"type\":\"greater_than\",\"loc\":[\"body\",\"timeout_secs\"],\"msg\":"
+          "\"Input should be greater than 0\",\"input\":\"nan\",\"ctx\":{\"gt\":0.0}}]}" },
+        { "\"timeout_secs\":{}",
+          "{\"detail\":[{\"type\":\"float_type\",\"loc\":[\"body\",\"timeout_secs\"],\"msg\":\""
+          "Input should be a valid number\",\"input\":{}}]}" },
+    };
+    static const char *const replays[] = { "\"timeout_secs\":5", "\"timeout_secs\":\"5\"",
+                                           "\"timeout_secs\":\" 5.0 \"",
+                                           "\"timeout_secs\":5.0" };
+    char *id = cpu_create_local(srv, key, NULL), *ex = path_of("/v1/sandboxes/%s/execute", id);
+    cpu_response *r, *first;
+    size_t made = 1;
+
+    for (size_t i = 0; i < sizeof accepted / sizeof accepted[0]; i++) {
+        char *b = tu_strdup_printf("{\"backend\":\"local\",%s}", accepted[i][0]);
+        char *h = tu_strdup_printf("Idempotency-Key: lax-%zu", i);
+        char *q = tu_strdup_printf("/v1/sandboxes?idempotency_key=lax-%zu", i);
+        const char *hdr[] = { h, NULL };
+        r = cpu_http(srv->url, "POST", "/v1/sandboxes", key, hdr, b);
+        /* Made, or refused by the local backend (an option it cannot
+         * honour: 422 configuration, the record kept failed). */
+        cr_assert(r->status == 201 || (r->status == 422 &&
+                                       !strcmp(cpu_jstr(r, "detail.code"), "configuration")),
+                  "%s: %ld %s", b, r->status, r->body);
+        cpu_response_free(r);
+        made++;
+        r = req_s(200, "GET", q, key, NULL, NULL);
+        cr_assert_eq(json_object_array_length(r->json), 1, "%s", b);
+        cr_expect_str_eq(json_object_to_json_string_ext(cpu_jget(r->json, "0.config"),
+                                                        JSON_C_TO_STRING_PLAIN),
+                         accepted[i][1], "%s", b);
+        if (!strcmp(cpu_jstr(r, "0.status"), "running"))
+            terminate(key, cpu_jstr(r, "0.id"));
+        cpu_response_free(r);
+        free(b);
+        free(h);
+        free(q);
+    }
+    for (size_t i = 0; i < sizeof refused / sizeof refused[0]; i++) {
+        char *b = tu_strdup_printf("{\"backend\":\"local\",%s}", refused[i][0]);
+        r = req_s(422, "POST", "/v1/sandboxes", key, NULL, b);
+        cr_expect_str_eq(r->body, refused[i][1], "%s", b);
+        cpu_response_free(r);
+        free(b);
+    }
+    /* Integers past the double range for a float: Python's float(int)
+     * overflows, which pydantic answers float_type, echoing the integer
+     * as sent (2 followed by 308 zeros; -1 followed by 400). */
+    {
+        static const char *const lead[] = { "2", "-1" };
+        static const size_t zeros[] = { 308, 400 };
+        for (size_t i = 0; i < 2; i++) {
+            char num[420], *b, *want;
+            snprintf(num, sizeof num, "%s", lead[i]);
+            memset(num + strlen(lead[i]), '0', zeros[i]);
+            num[strlen(lead[i]) + zeros[i]] = '\0';
+            b = tu_strdup_printf("{\"backend\":\"local\",\"cpu\":%s}", num);
+            want = tu_strdup_printf("{\"detail\":[{\"type\":\"float_type\",\"loc\":[\"body\","
+                                    "\"cpu\"],\"msg\":\"Input should be a valid number\","
+                                    "\"input\":%s}]}", num);
+            r = req_s(422, "POST", "/v1/sandboxes", key, NULL, b);
+            cr_expect_str_eq(r->body, want, "%s", b);
+            cpu_response_free(r);
+            free(b);
+            free(want);
+        }
+    }
+    /* One key: the same request however its number is written. */
+    {
+        const char *hdr[] = { "Idempotency-Key: lax-replay", NULL };
+        first = NULL;
+        for (size_t i = 0; i < sizeof replays / sizeof replays[0]; i++) {
+            char *b = tu_strdup_printf("{\"backend\":\"local\",%s}", replays[i]);
+            r = req_s(201, "POST", "/v1/sandboxes", key, hdr, b);
+            if (!first)
+                first = r;
+            else {
+                cr_expect_str_eq(cpu_jstr(r, "id"), cpu_jstr(first, "id"), "%s", b);
+                cr_expect_str_eq(json_object_to_json_string_ext(cpu_jget(r->json, "config"),
+                                                                JSON_C_TO_STRING_PLAIN),
+                                 "{\"timeout_secs\":5}");
+                cpu_response_free(r);
+            }
+            free(b);
+        }
+        made++;
+        expect_status_detail(409, "POST", "/v1/sandboxes", key, hdr,
+                             "{\"backend\":\"local\",\"timeout_secs\":\"6\"}",
+                             "idempotency key was already used with a different request");
+        terminate(key, cpu_jstr(first, "id"));
+        cpu_response_free(first);
+    }
+    /* Infinity, which pydantic takes for a float and no record or
+     * provider can carry, is refused as a non-finite JSON number is. */
+    r = req_s(422, "POST", "/v1/sandboxes", key, NULL, "{\"backend\":\"local\",\"cpu\":\"inf\"}");
+    cr_expect_str_eq(r->body, "{\"detail\":[{\"type\":\"finite_number\",\"loc\":[\"body\","
+                              "\"cpu\"],\"msg\":\"Input should be a finite number\","
+                              "\"input\":\"inf\"}]}");
+    cpu_response_free(r);
+    /* The execute's timeout (a float > 0, beyond the reference). */
+    for (size_t i = 0; i < sizeof exec_refused / sizeof exec_refused[0]; i++) {
+        char *b = tu_strdup_printf("{\"command\":\"true\",%s}", exec_refused[i][0]);
+        r = req_s(422, "POST", ex, key, NULL, b);
+        cr_expect_str_eq(r->body, exec_refused[i][1], "%s", b);
+        cpu_response_free(r);
+        free(b);
+    }
+    {
+        static const char *const ok[] = { "\"timeout_secs\":\"5\"", "\"timeout_secs\":true",
+                                          "\"timeout_secs\":\" 2.5 \"" };
+        for (size_t i = 0; i < sizeof ok / sizeof ok[0]; i++) {
+            char *b = tu_strdup_printf("{\"command\":\"echo ok\",%s}", ok[i]);
+            r = req_s(200, "POST", ex, key, NULL, b);
+            cr_expect_str_eq(cpu_jstr(r, "stdout"), "ok\n", "%s", b);
+            cr_expect_eq(json_object_get_int(cpu_jget(r->json, "exit_code")), 0, "%s", b);
+            cpu_response_free(r);
+            free(b);
+        }
+    }
+    /* Nothing else was made. */
+    r = req_s(200, "GET", "/v1/sandboxes", key, NULL, NULL);
+    cr_expect_eq(json_object_array_length(r->json), made);
+    cpu_response_free(r);
+    terminate(key, id);
+    free(ex);
+    free(id);
 }
 
 /* Numbers past what C holds, as pydantic (FastAPI) answers them, whose
@@ -1398,8 +1734,8 @@ Test(server, bodies_and_keys_json_cannot_carry_are_422)
           "Input should be a finite number", "NaN" },
         { "{\"command\":\"true\",\"timeout_secs\":1e400}", "finite_number", "timeout_secs",
           NULL, "Input should be a finite number", "1e400" },
-        { "{\"command\":\"true\",\"timeout_secs\":\"5\"}", "float_type", "timeout_secs", NULL,
-          "Input should be a valid number", "5" },
+        { "{\"command\":\"true\",\"timeout_secs\":\"x\"}", "float_parsing", "timeout_secs", NULL,
+          "Input should be a valid number, unable to parse string as a number", "x" },
     };
     static const struct {
         const char *body, *loc1, *error;
@@ -5212,4 +5548,223 @@ Test(server, costs_report_counts_an_answered_execute)
     srv = other;
     terminate(key, id);
     free(id);
+}
+
+/* ---------------------------------------------------------------- lax */
+
+/* Checks one coercion of @kind ('i', 'f', 'b') against @want: pydantic's
+ * error type, or the value it gives (an integer in decimal, past int64
+ * the bound the server keeps with its range; a float as Python's repr(),
+ * "inf", "-inf" or "nan"; a bool "1" or "0"). @what names the case. */
+static void
+expect_lax(char kind, int rc, const cp_lax_error *err, int64_t i, int range, double f, int b,
+           const char *want, const char *what)
+{
+    if (!((want[0] >= '0' && want[0] <= '9') || want[0] == '-' || !strcmp(want, "inf") ||
+          !strcmp(want, "nan"))) {
+        cr_expect_eq(rc, -1, "%c %s: accepted, want %s", kind, what, want);
+        if (rc < 0)
+            cr_expect_str_eq(err->type, want, "%c %s", kind, what);
+        return;
+    }
+    cr_expect_eq(rc, 0, "%c %s: %s, want %s", kind, what, rc ? err->type : "", want);
+    if (rc)
+        return;
+    if (kind == 'i') {
+        long long w;
+        errno = 0;
+        w = strtoll(want, NULL, 10);
+        cr_expect_eq(i, (int64_t)w, "%c %s: %lld", kind, what, (long long)i);
+        cr_expect_eq(range, errno != ERANGE ? CP_LAX_IN_RANGE : w > 0 ? CP_LAX_ABOVE : CP_LAX_BELOW,
+                     "%c %s", kind, what);
+    } else if (kind == 'f') {
+        double w = strtod(want, NULL);
+        cr_expect(isnan(w) ? isnan(f) : f == w, "%c %s: %.17g", kind, what, f);
+    } else {
+        cr_expect_eq(b, atoi(want), "%c %s", kind, what);
+    }
+}
+
+/* The coercions of server/lax.c, rule by rule, as pydantic 2.13.4 answers
+ * them for a model with an int, a float and a bool field (the values
+ * below are its answers): strings trimmed of Unicode white space (not of
+ * U+001C or U+200B), underscores between digits, leading zeros (and what
+ * pydantic reads after them: "0-5" is -5), "5.0" as an int, Rust's
+ * float syntax (inf, nan, "5.", ".5"), the bool words in any case and
+ * untrimmed; then JSON numbers and booleans. */
+Test(lax, coercions_are_pydantics)
+{
+    static const struct { char kind; const char *text, *want; } texts[] = {
+        { 'i', "5", "5" },
+        { 'i', " 7 ", "7" },
+        { 'i', "+3", "3" },
+        { 'i', "-4", "-4" },
+        { 'i', "1_000", "1000" },
+        { 'i', "5.0", "5" },
+        { 'i', "5.00", "5" },
+        { 'i', "0_5", "5" },
+        { 'i', "0005", "5" },
+        { 'i', "\0119\012", "9" },
+        { 'i', "\302\2405", "5" },
+        { 'i', "5\343\200\200", "5" },
+        { 'i', "\342\200\2505", "5" },
+        { 'i', "\0135\014", "5" },
+        { 'i', "\302\2055", "5" },
+        { 'i', "\0345", "int_parsing" },
+        { 'i', "\342\200\2135", "int_parsing" },
+        { 'i', "x", "int_parsing" },
+        { 'i', "1e3", "int_parsing" },
+        { 'i', "0x10", "int_parsing" },
+        { 'i', "5.5", "int_parsing" },
+        { 'i', "5.", "int_parsing" },
+        { 'i', ".0", "int_parsing" },
+        { 'i', "", "int_parsing" },
+        { 'i', " ", "int_parsing" },
+        { 'i', "1__0", "int_parsing" },
+        { 'i', "_1", "int_parsing" },
+        { 'i', "1_", "int_parsing" },
+        { 'i', "-_5", "int_parsing" },
+        { 'i', "5.0_", "int_parsing" },
+        { 'i', "1_0.0_0", "int_parsing" },
+        { 'i', "+-5", "int_parsing" },
+        { 'i', "5 0", "int_parsing" },
+        { 'i', "\331\245", "int_parsing" },
+        { 'i', "0-5", "-5" },
+        { 'i', "0__5", "5" },
+        { 'i', "+0-5", "-5" },
+        { 'i', "-0__5", "-5" },
+        { 'i', "0_-_5", "-5" },
+        { 'i', "0-05", "int_parsing" },
+        { 'i', "0_", "int_parsing" },
+        { 'i', "0_0", "0" },
+        { 'i', "00-_0", "0" },
+        { 'i', "9223372036854775807", "9223372036854775807" },
+        { 'i', "9223372036854775808", "9223372036854775808" },
+        { 'i', "-9223372036854775808", "-9223372036854775808" },
+        { 'i', "-9223372036854775809", "-9223372036854775809" },
+        { 'i', "99999999999999999999", "99999999999999999999" },
+        { 'i', "1_000.000", "1000" },
+        { 'f', "2.5", "2.5" },
+        { 'f', " 2.5 ", "2.5" },
+        { 'f', "+1.5", "1.5" },
+        { 'f', "-2", "-2.0" },
+        { 'f', ".5", "0.5" },
+        { 'f', "5.", "5.0" },
+        { 'f', "1e3", "1000.0" },
+        { 'f', "1.5E-3", "0.0015" },
+        { 'f', "1_0.5", "10.5" },
+        { 'f', "1_.5", "1.5" },
+        { 'f', "1._5", "1.5" },
+        { 'f', "1e1_0", "10000000000.0" },
+        { 'f', "1_e1", "10.0" },
+        { 'f', "inf", "inf" },
+        { 'f', "-Infinity", "-inf" },
+        { 'f', "iNfInItY", "inf" },
+        { 'f', "nan", "nan" },
+        { 'f', "+NaN", "nan" },
+        { 'f', "i_nf", "inf" },
+        { 'f', "1e309", "inf" },
+        { 'f', "1e-400", "0.0" },
+        { 'f', "\302\2402.5", "2.5" },
+        { 'f', "x", "float_parsing" },
+        { 'f', "", "float_parsing" },
+        { 'f', ".", "float_parsing" },
+        { 'f', "e5", "float_parsing" },
+        { 'f', "1e", "float_parsing" },
+        { 'f', "0x10", "float_parsing" },
+        { 'f', "1__0", "float_parsing" },
+        { 'f', "_1", "float_parsing" },
+        { 'f', "1_", "float_parsing" },
+        { 'f', " 1_0 ", "float_parsing" },
+        { 'f', "infinit", "float_parsing" },
+        { 'f', "nan(1)", "float_parsing" },
+        { 'f', "1d", "float_parsing" },
+        { 'f', "\331\241", "float_parsing" },
+        { 'f', "4.9e-324", "5e-324" },
+        { 'f', "0.1", "0.1" },
+        { 'f', "1_000_000.000_1", "1000000.0001" },
+        { 'b', "true", "1" },
+        { 'b', "TRUE", "1" },
+        { 'b', "tRuE", "1" },
+        { 'b', "false", "0" },
+        { 'b', "yes", "1" },
+        { 'b', "No", "0" },
+        { 'b', "on", "1" },
+        { 'b', "OFF", "0" },
+        { 'b', "t", "1" },
+        { 'b', "F", "0" },
+        { 'b', "y", "1" },
+        { 'b', "n", "0" },
+        { 'b', "1", "1" },
+        { 'b', "0", "0" },
+        { 'b', "x", "bool_parsing" },
+        { 'b', "", "bool_parsing" },
+        { 'b', " true", "bool_parsing" },
+        { 'b', "true ", "bool_parsing" },
+        { 'b', "2", "bool_parsing" },
+        { 'b', "01", "bool_parsing" },
+        { 'b', "+1", "bool_parsing" },
+        { 'b', "1.0", "bool_parsing" },
+        { 'b', "0.0", "bool_parsing" },
+        { 'b', "yess", "bool_parsing" },
+        { 'b', "o", "bool_parsing" },
+    };
+    static const struct { char kind; const char *json, *want; } values[] = {
+        { 'i', "true", "1" },
+        { 'i', "false", "0" },
+        { 'i', "5.0", "5" },
+        { 'i', "5.5", "int_from_float" },
+        { 'i', "1e20", "int_parsing_size" },
+        { 'i', "-9.3e18", "int_parsing_size" },
+        { 'i', "[]", "int_type" },
+        { 'i', "{}", "int_type" },
+        { 'f', "true", "1.0" },
+        { 'f', "false", "0.0" },
+        { 'f', "2", "2.0" },
+        { 'f', "9223372036854775808", "9.223372036854776e+18" },
+        { 'f', "[]", "float_type" },
+        { 'b', "0", "0" },
+        { 'b', "1", "1" },
+        { 'b', "2", "bool_parsing" },
+        { 'b', "-1", "bool_parsing" },
+        { 'b', "0.0", "0" },
+        { 'b', "-0.0", "0" },
+        { 'b', "1.0", "1" },
+        { 'b', "2.0", "bool_parsing" },
+        { 'b', "0.5", "bool_type" },
+        { 'b', "1e20", "bool_type" },
+        { 'b', "9223372036854775807", "bool_parsing" },
+        { 'b', "9223372036854775808", "bool_type" },
+        { 'b', "[]", "bool_type" },
+        { 'b', "{}", "bool_type" },
+    };
+    cp_lax_error err = { NULL, NULL };
+
+    for (size_t k = 0; k < sizeof texts / sizeof texts[0]; k++) {
+        int64_t i = 0;
+        int range = 0, b = 0, rc;
+        double f = 0;
+        size_t len = strlen(texts[k].text);
+        if (texts[k].kind == 'i')
+            rc = cp_lax_int_text(texts[k].text, len, &i, &range, &err);
+        else if (texts[k].kind == 'f')
+            rc = cp_lax_float_text(texts[k].text, len, &f, &err);
+        else
+            rc = cp_lax_bool_text(texts[k].text, len, &b, &err);
+        expect_lax(texts[k].kind, rc, &err, i, range, f, b, texts[k].want, texts[k].text);
+    }
+    for (size_t k = 0; k < sizeof values / sizeof values[0]; k++) {
+        json_object *v = json_tokener_parse(values[k].json);
+        int64_t i = 0;
+        int range = 0, b = 0, rc;
+        double f = 0;
+        if (values[k].kind == 'i')
+            rc = cp_lax_int(v, &i, &range, &err);
+        else if (values[k].kind == 'f')
+            rc = cp_lax_float(v, &f, &err);
+        else
+            rc = cp_lax_bool(v, &b, &err);
+        expect_lax(values[k].kind, rc, &err, i, range, f, b, values[k].want, values[k].json);
+        json_object_put(v);
+    }
 }
