@@ -1494,6 +1494,12 @@ Test(provider, limits_by_table)
         { 0, -1, 5, -3, 0, "acme backend: timeout_secs 0: 1 to 86400 s" },
         { 0, -1, 5, -3, 86400.5, "acme backend: timeout_secs 86400.5: 1 to 86400 s" },
         { 0, -1, 5, -3, 86400, "" },
+        /* The value as given, never rounded to six digits or an exponent. */
+        { 0, -1, 5, -3, 86400.01, "acme backend: timeout_secs 86400.01: 1 to 86400 s" },
+        { 0, -1, 5, -3, 1000000, "acme backend: timeout_secs 1000000: 1 to 86400 s" },
+        { 0, -1, 5, -3, 1e20, "acme backend: timeout_secs 1e+20: 1 to 86400 s" },
+        { C, 8.0000001, 5, -3, 60, "acme backend: cpu 8.0000001: more than 0, at most 8" },
+        { C, 1e-7, 5, -3, 60, "" },
         { C, -1, 5, -3, 60, "acme backend: cpu -1: more than 0, at most 8" },
         { C, 0, 5, -3, 60, "acme backend: cpu 0: more than 0, at most 8" },
         { C, NAN, 5, -3, 60, "acme backend: cpu nan: more than 0, at most 8" },
@@ -1530,7 +1536,8 @@ Test(provider, limits_by_table)
 }
 
 /* The refusal's context: the option, and the bounds the entry names, as
- * "%g" ("1024", "16384", never "1024.000000"). */
+ * the value is ("1024", "16384", "4294967295", never "1024.000000" or
+ * "4.29497e+09"). */
 Test(provider, limits_context)
 {
     static const cl_limit table[] = {
@@ -1553,6 +1560,19 @@ Test(provider, limits_context)
     free(err);
     cl_host = NULL;
     cr_assert_str_eq(cl_last()->msg, "acme backend: cpu 9: at most 8");
+    static const cl_limit wide[] = {
+        { "disk_mb", 1, UINT32_MAX, 0.5, 0, "1 to 4294967295", NULL, "max_mb", "step_mb" },
+        { NULL, 0, 0, 0, 0, NULL, NULL, NULL, NULL },
+    };
+    rq.set_fields = SBX_OPTION_DISK_MB;
+    rq.disk_mb = (int64_t)UINT32_MAX + 1;
+    err = NULL;
+    cl_host = &rec_host;
+    cr_assert_eq(cl_limits_check(&rq, "acme", wide, &err), -1);
+    cr_assert_str_eq(err->pairs, "option=disk_mb;max_mb=4294967295;step_mb=0.5;");
+    free(err);
+    cl_host = NULL;
+    cr_assert_str_eq(cl_last()->msg, "acme backend: disk_mb 4294967296: 1 to 4294967295");
 }
 
 /* gpu "TYPE[:COUNT]": a known type, or (no list) letters, digits and '-';

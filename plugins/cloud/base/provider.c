@@ -2080,6 +2080,22 @@ long long cl_lifetime_s(const sbx_plugin_create_request *rq, const char *provide
     return t + margin_s;
 }
 
+/* @v as a refusal names it: a whole number below 1e15 in digits alone
+ * ("1000000", not "1e+06"), else the shortest "%g" form with 6 to 17
+ * significant digits that reads back as @v ("86400.01", not "86400"). */
+static void limit_text(char *buf, size_t size, double v)
+{
+    if (isfinite(v) && v == floor(v) && fabs(v) < 1e15) {
+        snprintf(buf, size, "%.0f", v == 0 ? 0.0 : v);
+        return;
+    }
+    for (int p = 6; p <= 17; p++) {
+        snprintf(buf, size, "%.*g", p, v);
+        if (!isfinite(v) || strtod(buf, NULL) == v)
+            return;
+    }
+}
+
 int cl_limits_check(const sbx_plugin_create_request *rq, const char *provider,
                     const cl_limit *table, sbx_error **error)
 {
@@ -2113,14 +2129,14 @@ int cl_limits_check(const sbx_plugin_create_request *rq, const char *provider,
         if (k == 1 || k == 2)
             snprintf(buf, sizeof buf, "%lld", (long long)(k == 1 ? rq->memory_mb : rq->disk_mb));
         else
-            snprintf(buf, sizeof buf, "%g", v);
+            limit_text(buf, sizeof buf, v);
         sbx_error *err = cl_refuse(error, provider, l->option, buf, l->why);
         const char *const keys[] = { l->min_key, l->max_key, l->step_key };
         const double values[] = { l->min, l->max, l->step };
         for (int i = 0; i < 3; i++) {
             if (!keys[i])
                 continue;
-            snprintf(buf, sizeof buf, "%g", values[i]);
+            limit_text(buf, sizeof buf, values[i]);
             cl_context(err, keys[i], buf);
         }
         return -1;

@@ -1315,10 +1315,12 @@ typedef struct cl_limit {
  * with CL_LIMIT_ALWAYS) with a value outside its bounds (below min, or not
  * above it with CL_LIMIT_ABOVE; above max when max > 0; not a whole
  * multiple of step when step > 0; NaN is outside every bound) is refused
- * with cl_refuse(@provider, option, VALUE, why), VALUE "%g" for cpu and
- * timeout_secs and "%lld" for memory_mb and disk_mb, plus the context
- * min_key=min, max_key=max and step_key=step ("%g") of the keys the entry
- * names; -1 then. 0 when every value is in bounds. An option not named
+ * with cl_refuse(@provider, option, VALUE, why), VALUE "%lld" for
+ * memory_mb and disk_mb and, for cpu and timeout_secs, the value exactly:
+ * a whole number below 1e15 in digits alone ("1000000"), else the
+ * shortest "%g" form of 6 to 17 significant digits that reads back as it
+ * ("86400.01", "nan"); plus the context min_key=min, max_key=max and
+ * step_key=step (written alike) of the keys the entry names; -1 then. 0 when every value is in bounds. An option not named
  * above is invalid_argument naming it (a table to fix). Stores nothing
  * else; thread-safe.
  */
