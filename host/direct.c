@@ -636,6 +636,7 @@ static void start_fail(sbx_error **err, const struct sbx_plugin_process *p)
                           "the command in only after its timeout: it did not start (%s)",
                           p->sandbox_id, p->err_msg ? p->err_msg : "refused");
         sbx_error_add_context(e, "started", "no");
+        sbx_error_add_context(e, "reason", "start_deadline");
     } else {
         sbx_set_error(err, SBX_ERROR_EXECUTION_FAILED, "exec", "supervisor of sandbox %s: %s",
                       p->sandbox_id, p->err_msg ? p->err_msg : "request refused");

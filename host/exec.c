@@ -1034,6 +1034,34 @@ exec_result(exec_state *st, double start, sbx_error **err)
     return res;
 }
 
+/*
+ * A command that its supervisor took in only after the command's timeout
+ * had passed was refused and never ran (a supervisor stopped or starved
+ * meanwhile: the error's "reason" is "start_deadline"). When that timeout
+ * was the command's own, not the call's deadline, it is what any command
+ * that outlives its timeout is: a result, timed out, exit code 124, no
+ * output, and *@err cleared; as every backend reports it. Else NULL,
+ * *@err kept.
+ */
+static sbx_result *
+late_start_result(const exec_state *st, double start, double timeout, sbx_error **err)
+{
+    const char *reason;
+    sbx_result *res;
+
+    if (!err || !*err || sbx_error_get_code(*err) != SBX_ERROR_TIMEOUT
+        || !(reason = sbx_error_get0_context(*err, "reason"))
+        || strcmp(reason, "start_deadline") != 0 || !(timeout > 0) || !isfinite(timeout)
+        || start <= 0 || (st->ctx.deadline > 0 && st->ctx.deadline < start + timeout)
+        || !(res = sbx_result_new()))
+        return NULL;
+    res->exit_code = 124;
+    res->timed_out = 1;
+    res->duration_secs = sbx_monotonic_now() - start;
+    sbx_error_clear(err);
+    return res;
+}
+
 /* The engine; @stdin_fd / @stdout_fd as sbx_exec_run_fds. */
 static sbx_result *
 exec_run(sbx_sandbox *sandbox, const sbx_exec_request *request, int stdin_fd, int stdout_fd,
@@ -1077,6 +1105,8 @@ exec_run(sbx_sandbox *sandbox, const sbx_exec_request *request, int stdin_fd, in
         }
     }
 out:
+    if (!res)
+        res = late_start_result(&st, start, timeout, err);
     exec_state_clear(&st, far);
     return res;
 }

@@ -491,8 +491,9 @@ static void *run_stopped_exec(void *arg)
  * - 2 s after SIGCONT the command has not run (no marker file, no process
  *   of it), the sandbox serves the next exec, and destroy leaves nothing;
  * - a supervisor continued after the timeout but within the grace reads
- *   the request late and refuses it: a timeout error saying so, nothing
- *   ran either;
+ *   the request late and refuses it: the command timed out (exit 124,
+ *   timed_out, no output), as one that outlives its timeout does, and
+ *   nothing ran;
  * - a supervisor stopped while the command runs (timeout 3 s): the call
  *   fails within 7 s saying the command may have started (outcome
  *   unknown, started=unknown), and within 5 s of SIGCONT nothing of the
@@ -554,15 +555,15 @@ static void stopped_supervisor(const char *backend, sbx_plugin_mode mode, const 
     usleep(1500000);
     cr_assert_eq(kill(sup, SIGCONT), 0);
     cr_assert_eq(pthread_join(th, NULL), 0);
-    cr_assert_null(x.result, "a result (exit %d) from a request read late",
-                   sbx_result_get_exit_code(x.result));
+    /* Timed out, as a command that outlives its timeout is everywhere. */
+    cr_assert_not_null(x.result, "a request read late: %s",
+                       x.error ? sbx_error_get0_message(x.error) : "");
     cr_assert_lt(x.took, 5.0, "the exec returned %.1f s after its start", x.took);
-    tu_assert_error(x.error, SBX_ERROR_TIMEOUT, "the supervisor of sandbox ", id,
-                    " took the command in only after its timeout: it did not start "
-                    "(the request was read ", "s after its start deadline: not started)", NULL);
-    cr_assert_eq(sbx_error_get_outcome(x.error), SBX_ERROR_OUTCOME_FAILED);
-    cr_assert_str_eq(sbx_error_get0_context(x.error, "started"), "no");
-    sbx_error_clear(&x.error);
+    cr_assert_eq(sbx_result_get_exit_code(x.result), 124);
+    cr_assert_eq(sbx_result_is_timed_out(x.result), 1);
+    tu_assert_stdout(x.result, "");
+    tu_assert_stderr(x.result, "");
+    sbx_result_free(x.result);
     usleep(500000);
     expect_sh(sb, "test -e \"$TMPDIR/marker\" && echo ran || echo not-run", "not-run\n");
     cr_assert_eq(count_with_arg(never), 0, "the command ran after all");
@@ -645,6 +646,58 @@ Test(supervisor, bubblewrap_stopped_supervisor_host_exec_times_out_and_never_run
 Test(supervisor, bubblewrap_stopped_supervisor_in_process_exec_times_out_and_never_runs)
 {
     stopped_supervisor("bubblewrap", SBX_PLUGIN_MODE_IN_PROCESS, NULL);
+}
+#endif
+
+/*
+ * A timeout shorter than the command's start (10 us: the supervisor reads
+ * the request after it): the command timed out, exit 124 with timed_out
+ * set and no output, as a command that outlives its timeout does; never an
+ * error. On @backend in process, and out of process straight to the
+ * supervisor and through the plugin host (a cwd), 20 times each.
+ */
+static void tiny_timeout_times_out(const char *backend)
+{
+    static const struct {
+        sbx_plugin_mode mode;
+        const char *cwd;
+    } paths[] = { { SBX_PLUGIN_MODE_IN_PROCESS, NULL },
+                  { SBX_PLUGIN_MODE_OUT_OF_PROCESS, NULL },
+                  { SBX_PLUGIN_MODE_OUT_OF_PROCESS, "/tmp" } };
+    setenv("SBX_TEST_BACKEND", backend, 1);
+    for (size_t i = 0; i < sizeof paths / sizeof paths[0]; i++) {
+        sbx_error *err = NULL;
+        sbx_client *client = sbx_client_new_with_mode(backend, paths[i].mode, &err);
+        cr_assert_not_null(client, "%s", err ? sbx_error_get0_message(err) : "");
+        sbx_sandbox *sb = tu_create(client, NULL);
+        for (int n = 0; n < 20; n++) {
+            sbx_exec_request rq = { .struct_size = sizeof(sbx_exec_request),
+                                    .shell = "echo hi", .cwd = paths[i].cwd,
+                                    .timeout_secs = 1e-5 };
+            sbx_result *r = sbx_sandbox_execute_command(sb, &rq, &err);
+            cr_assert_not_null(r, "path %zu, run %d: %s", i, n,
+                               err ? sbx_error_get0_message(err) : "");
+            cr_assert_eq(sbx_result_get_exit_code(r), 124, "path %zu, run %d", i, n);
+            cr_assert_eq(sbx_result_is_timed_out(r), 1, "path %zu, run %d", i, n);
+            sbx_result_free(r);
+        }
+        expect_sh(sb, "echo still", "still\n");
+        cr_assert_eq(sbx_sandbox_destroy(sb, &err), 0, "destroy: %s",
+                     err ? sbx_error_get0_message(err) : "");
+        sbx_sandbox_free(sb);
+        sbx_client_free(client);
+    }
+}
+
+Test(supervisor, local_a_timeout_shorter_than_the_start_times_out)
+{
+    tiny_timeout_times_out("local");
+}
+
+#ifdef SBX_TEST_BUBBLEWRAP
+Test(supervisor, bubblewrap_a_timeout_shorter_than_the_start_times_out)
+{
+    tiny_timeout_times_out("bubblewrap");
 }
 #endif
 
@@ -1213,10 +1266,10 @@ Test(supervisor, bubblewrap_kill_9_of_the_supervisor_ends_every_process)
 {
     killed_supervisor_leaves_nothing("bubblewrap");
 }
-#define N_TESTS "41"
+#define N_TESTS "43"
 #define BWRAP_PLUGIN " plugins/local/.libs/libsbx-bubblewrap.so"
 #else
-#define N_TESTS "33"
+#define N_TESTS "34"
 #define BWRAP_PLUGIN ""
 #endif
 

@@ -4595,6 +4595,7 @@ static void start_fail(sbx_error **error, uint32_t kind, int err_no, const char 
                               "took the command in only after its timeout: it did not start "
                               "(%s)", id, msg ? msg : "refused");
         add_context(err, "started", "no");
+        add_context(err, "reason", "start_deadline");
     } else {
         fail(error, SBX_ERROR_EXECUTION_FAILED, op, "supervisor of sandbox %s: %s", id,
              msg ? msg : "request refused");

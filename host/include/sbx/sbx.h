@@ -1439,7 +1439,8 @@ typedef void (*sbx_output_fn)(sbx_stream stream, const void *data, size_t len,
  *    On expiry the command's whole process tree gets SIGTERM, then SIGKILL
  *    after SBX_KILL_GRACE_SECS; the result has timed_out = 1 and exit code
  *    124. A command not started by then never starts (backends that can
- *    tell: local, bubblewrap, safehouse). When the process that runs the
+ *    tell: local, bubblewrap, safehouse); it is reported the same way,
+ *    timed out with exit code 124 and no output. When the process that runs the
  *    sandbox's commands cannot be reached to end it (local, bubblewrap,
  *    safehouse: its supervisor stopped, as by SIGSTOP), the call fails
  *    instead, at most 2 s after the timeout, with a timeout error naming the
