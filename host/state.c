@@ -396,12 +396,18 @@ sbx_sandbox_resume(sbx_client *client, const char *state_json, sbx_error **error
         goto oom;
     }
     /* The resuming process becomes one of its owners (an attached sandbox
-     * lives while one of them does). A sandbox this record does not know
-     * (made by another user, or before the record) has none. */
-    if (sbx_record_find(client->backend, sandbox->id, sandbox->token, NULL) == 1)
-        sbx_record_add_owner(sandbox->token, NULL);
-    else
+     * lives while one of them does); a detached one has none to add (each
+     * process that resumed it, the CLI's every `sbx exec`, left a row). A
+     * sandbox this record does not know (made by another user, or before
+     * the record) has none. */
+    if (sbx_record_find(client->backend, sandbox->id, sandbox->token, NULL) == 1) {
+        int detached = 0, alive = 0;
+
+        if (sbx_record_get(sandbox->token, &detached, &alive, NULL) != 1 || !detached)
+            sbx_record_add_owner(sandbox->token, NULL);
+    } else {
         sandbox->token[0] = '\0';
+    }
     /* Priced at the live price the state records, where the provider
      * reports one, else at the size it records (the default size for a
      * document without one); usage copies the gpu string. */

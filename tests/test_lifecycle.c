@@ -61,6 +61,16 @@ static long long rows_for(const char *id)
     return tu_record_rows_for(g_dirs.state, id);
 }
 
+/* The owner rows of the sandbox whose provider id is @id. */
+static long long owners_of(const char *id)
+{
+    char *sql = sqlite3_mprintf("SELECT count(*) FROM owners JOIN sandboxes USING "
+                                "(create_token) WHERE provider_id = %Q", id);
+    long long n = record_int(sql);
+    sqlite3_free(sql);
+    return n;
+}
+
 /* Field 22 of /proc/self/stat (this process's start time in clock ticks
  * since boot), read here independently of the library. */
 static unsigned long long own_start_ticks(void)
@@ -663,6 +673,7 @@ Test(gc, a_resuming_process_is_an_owner)
     read_pair(p[0], &o);
     close(p[0]);
     const char *state = o.state;
+    long long a0 = owners_of(o.attached), d0 = owners_of(o.detached);
 
     int q[2];
     cr_assert_eq(pipe(q), 0);
@@ -672,7 +683,9 @@ Test(gc, a_resuming_process_is_an_owner)
         close(q[0]);
         setenv("SBX_PLUGIN_MODE", "inprocess", 1);
         sbx_sandbox *sb = sbx_resume(state, NULL);
-        if (!sb)
+        /* A detached one it resumes gets no owner row: none ends it. */
+        sbx_sandbox *d = sbx_resume(o.dstate, NULL);
+        if (!sb || !d)
             _exit(2);
         cr_assert_eq(write(q[1], "r", 1), 1);
         close(q[1]);
@@ -683,6 +696,16 @@ Test(gc, a_resuming_process_is_an_owner)
     char ch;
     cr_assert_eq(read(q[0], &ch, 1), 1);
     close(q[0]);
+    long long a1 = owners_of(o.attached), d1 = owners_of(o.detached);
+    if (a1 != a0 + 1 || d1 != d0) {
+        /* Nothing left paused behind a failed test. */
+        kill(resumer, SIGKILL);
+        waitpid(resumer, NULL, 0);
+        kill(creator, SIGKILL);
+        waitpid(creator, NULL, 0);
+    }
+    cr_assert_eq(a1, a0 + 1, "the resumer is not an owner");
+    cr_assert_eq(d1, d0, "the detached sandbox got an owner row");
     kill(creator, SIGKILL);
     waitpid(creator, NULL, 0);
     gc_seen seen = { 0 };
