@@ -1162,7 +1162,8 @@ SBX_EXPORT int sbx_sandbox_start(sbx_sandbox *sandbox, sbx_error **error);
  * $HOME/.local/state/sbx: the create token, the backend, the expiry and
  * the creating process (pid and start time) as its first owner. The row is
  * completed with the provider's id and session state once the sandbox
- * exists, gains an owner for each process that resumes it, and goes at
+ * exists, gains an owner for each process that resumes it (an attached
+ * one: a detached sandbox does not end with its owners), and goes at
  * destroy. The directory and the database must belong to the user and not
  * be writable by group or others; they are made 0700 and 0600. A create
  * whose record cannot be written fails with configuration, naming the
@@ -2105,7 +2106,8 @@ SBX_EXPORT sbx_sandbox *sbx_sandbox_resume(sbx_client *client, const char *state
  * sbx_resume:
  * sbx_sandbox_resume() on the shared client of the backend named in
  * @state_json (see sbx_create()). The resuming process becomes an owner of
- * the sandbox in the lifecycle record (see sbx_options_set_detached()).
+ * an attached sandbox in the lifecycle record (see
+ * sbx_options_set_detached()); a detached one gains no owner.
  * Thread-safe. Since 0.1.
  */
 SBX_EXPORT sbx_sandbox *sbx_resume(const char *state_json, sbx_error **error);
