@@ -81,6 +81,7 @@ static void setup(void)
 
 static void teardown(void)
 {
+    tu_continue_stopped();
     tu_rmtree(g_tmp);
     free(g_tmp);
     g_tmp = NULL;

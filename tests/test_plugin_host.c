@@ -33,6 +33,7 @@ static void setup(void)
 
 static void teardown(void)
 {
+    tu_continue_stopped();
     cr_assert_eq(tu_count_entries(g_tmp), 0, "%s is not empty at the end", g_tmp);
     tu_rmtree(g_tmp);
     free(g_tmp);

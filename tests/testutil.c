@@ -663,8 +663,21 @@ int tu_pid_gone(pid_t pid)
     return st == 0 || st == 'Z' || st == 'X';
 }
 
+/* The processes tu_stop_pid() stopped, for tu_continue_stopped(). */
+static pid_t stopped_pids[32];
+static size_t n_stopped;
+
+void tu_continue_stopped(void)
+{
+    for (size_t i = 0; i < n_stopped; i++)
+        kill(stopped_pids[i], SIGCONT);
+    n_stopped = 0;
+}
+
 void tu_stop_pid(pid_t pid)
 {
+    if (n_stopped < sizeof stopped_pids / sizeof stopped_pids[0])
+        stopped_pids[n_stopped++] = pid;
     cr_assert_eq(kill(pid, SIGSTOP), 0, "SIGSTOP to %d: %s", (int)pid, strerror(errno));
     double end = tu_now() + 5.0;
     while (proc_state(pid) != 'T') {

@@ -118,6 +118,10 @@ int tu_pid_gone(pid_t pid);
 /* Stops @pid with SIGSTOP and waits (up to 5 s, asserted) until it is
  * stopped (state T): the signal takes effect only once @pid runs again. */
 void tu_stop_pid(pid_t pid);
+/* SIGCONT to every process tu_stop_pid() stopped in this test process
+ * (a suite's fini calls it, so that a failed test leaves none stopped:
+ * a stopped supervisor cannot see its owner end). */
+void tu_continue_stopped(void);
 /* The host pid of the process with pid @pid in sandbox @sb (they differ on
  * bubblewrap, whose sandboxes have a pid namespace each; elsewhere @pid). */
 pid_t tu_host_pid(sbx_sandbox *sb, pid_t pid);
