@@ -1831,6 +1831,18 @@ cp_settle_abandoned(cx *x)
 
 /* ---------------------------------------------------------------- the execute's deadline */
 
+/* How long past its sandbox's expiry an execute without a timeout runs.
+ * The library's default exec timeout is what is left of the lifetime,
+ * counted by the caller's library from the start of its create, before
+ * this server heard of it: a client on the remote backend ends its command
+ * itself at the expiry (timed out, 124). Were this server's default the
+ * same instant, its own 124 could reach that client first, an end its
+ * library cannot tell from the command's own exit 124. Less than the
+ * local backend's grace between the expiry and the sandbox's end (1 s),
+ * so a command no caller ends is still timed out here, not ended with its
+ * sandbox. */
+#define EXEC_DEFAULT_MARGIN_SECS 0.5
+
 /* The answer's deadline of an execute whose command has the timeout
  * @cmd_timeout (seconds): the library ends the command then (SIGTERM, then
  * SIGKILL SBX_KILL_GRACE_SECS later, each a provider call bounded by the
@@ -2298,7 +2310,7 @@ h_sandbox_execute(cx *x, cp_request *req, cp_response *res)
     t0 = cp_mono();
     {
         /* The command's own timeout: timeout_secs, else what is left of
-         * the sandbox's lifetime (the library's default), else the
+         * the sandbox's lifetime and EXEC_DEFAULT_MARGIN_SECS, else the
          * server's (BESPOKE_EXECUTE_TIMEOUT_SECS); the answer's deadline
          * is that plus the margin (exec_deadline_secs()). */
         const char *exp = store_cell(r, 0, "sandbox_expires_at");
@@ -2309,6 +2321,7 @@ h_sandbox_execute(cx *x, cp_request *req, cp_response *res)
                 cmd_timeout = (double)(exp_us - cp_now_us()) / 1e6;
                 if (cmd_timeout < 1)
                     cmd_timeout = 1;
+                cmd_timeout = exec_timeout = cmd_timeout + EXEC_DEFAULT_MARGIN_SECS;
             } else {
                 cmd_timeout = exec_timeout = x->set->execute_timeout_secs;
             }

@@ -4779,6 +4779,28 @@ Test(server, execute_env_cwd_timeout)
     free(id);
 }
 
+/* An execute without a timeout on a sandbox with a lifetime is timed out
+ * 0.5 s past the sandbox's expiry (EXEC_DEFAULT_MARGIN_SECS): a client on
+ * the remote backend, whose library ends the command at the expiry, sees
+ * its own timeout first; and before the local sandbox ends, 1 s past it,
+ * so the answer is the command's timeout, not the sandbox's end. */
+Test(server, an_execute_without_a_timeout_ends_past_the_expiry)
+{
+    double before = tu_now();
+    char *id = cpu_create_local(srv, key, "{\"timeout_secs\":2}");
+    cpu_response *r = execute(key, id, NULL, "{\"command\":\"echo start; sleep 30\"}", 200);
+    double took = tu_now() - before;
+
+    cr_assert_eq(json_object_get_int(cpu_jget(r->json, "exit_code")), 124);
+    cr_assert(json_object_get_boolean(cpu_jget(r->json, "timed_out")));
+    cr_assert_str_eq(cpu_jstr(r, "stdout"), "start\n");
+    cr_assert_str_eq(cpu_jstr(r, "stderr"), "");
+    cr_assert(took >= 2.5, "answered %.3f s after the create began", took);
+    cpu_response_free(r);
+    terminate(key, id);
+    free(id);
+}
+
 static void assert_metered_once(const char *rid)
 {
     char *sql = tu_strdup_printf("SELECT COUNT(*) FROM usage_events WHERE request_id = '%s'",
