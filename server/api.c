@@ -1116,6 +1116,134 @@ read_env_vars(json_object *v, json_object **canon, json_object **names, cp_respo
     return 0;
 }
 
+/* ------------------------------------------------------------ the fingerprint's text */
+
+/* @len bytes of UTF-8 at @s as a JSON string of Python's json.dumps with
+ * ensure_ascii (its default): \" \\ \b \f \n \r \t, every other
+ * character outside ' '..'~' as \uXXXX in lower-case hex (a surrogate pair
+ * past U+FFFF); a byte that starts no UTF-8 sequence as U+FFFD. */
+static void
+canon_put_string(FILE *f, const unsigned char *s, size_t len)
+{
+    fputc('"', f);
+    for (size_t i = 0; i < len;) {
+        unsigned c = s[i], cp;
+        size_t n = c < 0x80 ? 1 : (c & 0xe0) == 0xc0 ? 2 : (c & 0xf0) == 0xe0 ? 3
+                 : (c & 0xf8) == 0xf0 ? 4 : 0;
+        int ok = n > 0 && i + n <= len;
+
+        cp = n == 1 ? c : n == 2 ? c & 0x1f : n == 3 ? c & 0x0f : c & 0x07;
+        for (size_t k = 1; ok && k < n; k++) {
+            ok = (s[i + k] & 0xc0) == 0x80;
+            cp = (cp << 6) | (s[i + k] & 0x3f);
+        }
+        if (!ok) {
+            cp = 0xfffd;
+            n = 1;
+        }
+        i += n;
+        switch (cp) {
+        case '"': fputs("\\\"", f); break;
+        case '\\': fputs("\\\\", f); break;
+        case '\b': fputs("\\b", f); break;
+        case '\f': fputs("\\f", f); break;
+        case '\n': fputs("\\n", f); break;
+        case '\r': fputs("\\r", f); break;
+        case '\t': fputs("\\t", f); break;
+        default:
+            if (cp >= 0x20 && cp <= 0x7e)
+                fputc((int)cp, f);
+            else if (cp < 0x10000)
+                fprintf(f, "\\u%04x", cp);
+            else
+                fprintf(f, "\\u%04x\\u%04x", 0xd800 + ((cp - 0x10000) >> 10),
+                        0xdc00 + ((cp - 0x10000) & 0x3ff));
+        }
+    }
+    fputc('"', f);
+}
+
+static int
+canon_cmp_keys(const void *a, const void *b)
+{
+    return strcmp(*(const char *const *)a, *(const char *const *)b);
+}
+
+static void
+canon_put(FILE *f, json_object *v)
+{
+    switch (json_object_get_type(v)) {
+    case json_type_null:
+        fputs("null", f);
+        break;
+    case json_type_boolean:
+        fputs(json_object_get_boolean(v) ? "true" : "false", f);
+        break;
+    case json_type_int:
+        fprintf(f, "%lld", (long long)json_object_get_int64(v));
+        break;
+    case json_type_double:
+        /* jdouble()'s values carry Python's repr as their text. */
+        fputs(json_object_to_json_string_ext(v, JSON_C_TO_STRING_PLAIN), f);
+        break;
+    case json_type_string:
+        canon_put_string(f, (const unsigned char *)json_object_get_string(v),
+                         (size_t)json_object_get_string_len(v));
+        break;
+    case json_type_array:
+        fputc('[', f);
+        for (size_t i = 0; i < json_object_array_length(v); i++) {
+            if (i)
+                fputc(',', f);
+            canon_put(f, json_object_array_get_idx(v, i));
+        }
+        fputc(']', f);
+        break;
+    case json_type_object: {
+        size_t n = (size_t)json_object_object_length(v), i = 0;
+        const char **keys = calloc(n ? n : 1, sizeof *keys);
+
+        if (!keys)
+            abort();
+        json_object_object_foreach(v, k, val) {
+            (void)val;
+            keys[i++] = k;
+        }
+        qsort(keys, n, sizeof *keys, canon_cmp_keys);
+        fputc('{', f);
+        for (i = 0; i < n; i++) {
+            if (i)
+                fputc(',', f);
+            canon_put_string(f, (const unsigned char *)keys[i], strlen(keys[i]));
+            fputc(':', f);
+            canon_put(f, json_object_object_get(v, keys[i]));
+        }
+        fputc('}', f);
+        free(keys);
+        break;
+    }
+    }
+}
+
+/* The text a create's fingerprint hashes (CONTROL-PLANE.md §3): @v as
+ * Python's json.dumps(v, sort_keys=True, separators=(",", ":")) writes it,
+ * so that a body gives the reference's bytes. New string; aborts on out of
+ * memory. */
+static char *
+canonical_json(json_object *v)
+{
+    char *text = NULL;
+    size_t len = 0;
+    FILE *f = open_memstream(&text, &len);
+
+    if (!f)
+        abort();
+    canon_put(f, v);
+    if (fclose(f) != 0 || !text)
+        abort();
+    return text;
+}
+
 /* Validates the create body into @c (CONTROL-PLANE.md §1) as the
  * reference's pydantic model does, lax mode (server/lax.h): each field
  * read by the reader of its type, in the model's order; NULL fields are
@@ -1314,8 +1442,8 @@ h_sandbox_create(cx *x, cp_request *req, cp_response *res)
     json_object *body;
     create_req c;
     char fp[65], now[40], expires[40], rate_text[40], lock[400];
-    const char *canon_text, *exp_p = NULL;
-    char *id = NULL, *att = NULL, *config_text = NULL;
+    const char *exp_p = NULL;
+    char *id = NULL, *att = NULL, *config_text = NULL, *canon_text = NULL;
     store_rows *r = NULL;
     int64_t now_us, rate;
     sbx_client *client;
@@ -1345,7 +1473,7 @@ h_sandbox_create(cx *x, cp_request *req, cp_response *res)
         cp_reply_detail(res, 422, IDEMPOTENCY_KEY_TEXT);
         goto out;
     }
-    canon_text = json_object_to_json_string_ext(c.canon, JSON_C_TO_STRING_PLAIN);
+    canon_text = canonical_json(c.canon);
     cp_hmac_hex(x->set->pepper, canon_text, strlen(canon_text), fp);
     config_text = strdup(json_object_to_json_string_ext(c.config, JSON_C_TO_STRING_PLAIN |
                                                                        JSON_C_TO_STRING_NOSLASHESCAPE));
@@ -1374,6 +1502,16 @@ h_sandbox_create(cx *x, cp_request *req, cp_response *res)
         if (r->nrows) {
             int same = cp_consttime_eq(store_cell(r, 0, "request_fingerprint"), fp);
             char *prev = strdup(store_cell(r, 0, "id"));
+            if (!same) {
+                /* Records of a server that hashed json-c's text of the
+                 * object ("\/" for "/", UTF-8 unescaped), before the
+                 * fingerprint followed Python's: their keys still
+                 * replay. */
+                const char *old = json_object_to_json_string_ext(c.canon, JSON_C_TO_STRING_PLAIN);
+                char fp_old[65];
+                cp_hmac_hex(x->set->pepper, old, strlen(old), fp_old);
+                same = cp_consttime_eq(store_cell(r, 0, "request_fingerprint"), fp_old);
+            }
             tx_rollback(x);
             if (same)
                 reply_record(x, res, 201, req->who.org_id, prev);
@@ -1473,6 +1611,7 @@ out:
     sbx_options_free(opts);
     store_rows_free(r);
     free(config_text);
+    free(canon_text);
     free(id);
     free(att);
     if (c.canon || c.config)

@@ -2037,6 +2037,61 @@ Test(server, provider_failure_payload)
 
 /* ---------------------------------------------------------------- idempotency */
 
+/* The fingerprint hashes the text Python's json.dumps(sort_keys=True,
+ * separators=(",", ":")) writes of the coerced body (CONTROL-PLANE.md §3):
+ * every character outside ' '..'~' as \uXXXX (a surrogate pair past
+ * U+FFFF), "/" as itself. The expected text and digest are Python's, under
+ * the tests' pepper. A record of a server that hashed json-c's text of the
+ * same object still replays. */
+Test(server, the_fingerprint_is_pythons_canonical_text)
+{
+    static const char body[] =
+        "{\"backend\":\" Local\",\"timeout_secs\":\"60\",\"env_vars\":{\"Z_U\":"
+        "\"v/\\\"\\\\\\n\xe2\x98\x83\xf0\x9f\x98\x80\x7f\\u0001\\t\xc3\xbc\","
+        "\"A_B\":\"\xc3\xa9\"}}";
+    static const char python[] =
+        "{\"backend\":\"local\",\"env_vars\":{\"A_B\":\"\\u00e9\",\"Z_U\":"
+        "\"v/\\\"\\\\\\n\\u2603\\ud83d\\ude00\\u007f\\u0001\\t\\u00fc\"},\"timeout_secs\":60}";
+    const char *hdr[] = { "Idempotency-Key: canonical", NULL };
+    char fp[65], *sql, *stored;
+    cpu_response *a, *b;
+
+    cp_hmac_hex(CPU_PEPPER, python, strlen(python), fp);
+    cr_assert_str_eq(fp, "65f8e7f33e0a9c51bad56fcb5974a697c70e0de0079a3e018c72cc9e0035b3c3");
+    a = req_s(201, "POST", "/v1/sandboxes", key, hdr, body);
+    sql = tu_strdup_printf("SELECT request_fingerprint FROM sandboxes WHERE id = '%s'",
+                           cpu_jstr(a, "id"));
+    stored = db_list(sql);
+    cr_assert_str_eq(stored, fp);
+    free(stored);
+    free(sql);
+
+    /* The record of an earlier server: its fingerprint over json-c's text. */
+    json_object *canon = json_tokener_parse(python);
+    const char *old = json_object_to_json_string_ext(canon, JSON_C_TO_STRING_PLAIN);
+    char fp_old[65];
+    cr_assert_not_null(strstr(old, "v\\/"), "json-c's text: %s", old);
+    cp_hmac_hex(CPU_PEPPER, old, strlen(old), fp_old);
+    sql = tu_strdup_printf("UPDATE sandboxes SET request_fingerprint = '%s' WHERE id = '%s'",
+                           fp_old, cpu_jstr(a, "id"));
+    stored = db_list(sql);
+    cr_assert_not_null(stored);
+    free(stored);
+    free(sql);
+    json_object_put(canon);
+    /* The same request in Python's own escapes replays it. */
+    b = req_s(201, "POST", "/v1/sandboxes", key, hdr,
+              "{\"env_vars\":{\"A_B\":\"\\u00e9\",\"Z_U\":\"v\\/\\\"\\\\\\n\\u2603\\ud83d\\ude00"
+              "\\u007f\\u0001\\t\\u00fc\"},\"timeout_secs\":60,\"backend\":\"local\"}");
+    cr_assert_str_eq(cpu_jstr(b, "id"), cpu_jstr(a, "id"));
+    cpu_response_free(b);
+    expect_status_detail(409, "POST", "/v1/sandboxes", key, hdr,
+                         "{\"backend\":\"local\",\"timeout_secs\":60,\"env_vars\":{\"A_B\":\"e\"}}",
+                         "idempotency key was already used with a different request");
+    terminate(key, strdup(cpu_jstr(a, "id")));
+    cpu_response_free(a);
+}
+
 Test(server, create_idempotency_replay_and_mismatch)
 {
     const char *hdr[] = { "Idempotency-Key: same", NULL };
