@@ -260,8 +260,7 @@ void
 reply_validation_at(cp_response *res, const char *type, json_object *loc, const char *msg,
                     json_object *input, json_object *ctx)
 {
-    json_object *o = json_object_new_object(), *list = json_object_new_array(),
-                *item = json_object_new_object();
+    json_object *o, *list = NULL, *item = json_object_new_object();
 
     json_object_object_add(item, "type", json_object_new_string(type));
     json_object_object_add(item, "loc", loc);
@@ -275,6 +274,17 @@ reply_validation_at(cp_response *res, const char *type, json_object *loc, const 
     }
     if (ctx)
         json_object_object_add(item, "ctx", ctx);
+    /* A body's every error is one item of the list, in the order found
+     * (pydantic's: the model's fields in order, a list's or a dict's
+     * items in order). */
+    if (res->status == 422 && res->body &&
+        json_object_object_get_ex(res->body, "detail", &list) &&
+        json_object_is_type(list, json_type_array)) {
+        json_object_array_add(list, item);
+        return;
+    }
+    o = json_object_new_object();
+    list = json_object_new_array();
     json_object_array_add(list, item);
     json_object_object_add(o, "detail", list);
     cp_reply_json(res, 422, o);
@@ -389,9 +399,16 @@ parse_datetime_value(cp_response *res, const char *where, const char *field, jso
         if (rc == 0)
             return 0;
         if (rc == -2) {
-            char *m = cp_printf("%s must include a timezone", field);
-            cp_reply_detail(res, 422, m);
-            free(m);
+            /* The handler's check, after the model's: a validation error
+             * of another field already in @res is the answer. */
+            json_object *list;
+            if (!(res->status == 422 && res->body &&
+                  json_object_object_get_ex(res->body, "detail", &list) &&
+                  json_object_is_type(list, json_type_array))) {
+                char *m = cp_printf("%s must include a timezone", field);
+                cp_reply_detail(res, 422, m);
+                free(m);
+            }
         } else {
             reply_datetime_parsing(res, where, field, text, json_object_get(v));
         }
@@ -1025,7 +1042,7 @@ enum {
 };
 
 /* The create model's fields, in the reference's order: pydantic validates
- * them in this order, so the first refusal is the first of its list. */
+ * them in this order, and its 422 lists their refusals so. */
 static const struct create_field {
     const char *name;
     int kind;
@@ -1066,8 +1083,9 @@ normalize_backend(create_req *c, json_object *v)
 
 /* env_vars @v (a JSON value, not null) as {name: value} sorted by name into
  * *@canon, and the sorted names into *@names; 0, or -1 with the 422. In
- * pydantic's order: each value's type, the length (at most 256), then the
- * names (a validator after those). */
+ * pydantic's order: each value's type (every value that is no string is
+ * an item of the 422), the length (at most 256), then the names (a
+ * validator after those). */
 static int
 read_env_vars(json_object *v, json_object **canon, json_object **names, cp_response *res)
 {
@@ -1079,14 +1097,17 @@ read_env_vars(json_object *v, json_object **canon, json_object **names, cp_respo
                          json_object_get(v));
         return -1;
     }
+    int bad = 0;
     json_object_object_foreach(v, tk, tv) {
         if (!json_object_is_type(tv, json_type_string)) {
             reply_validation_item(res, "string_type", "body", "env_vars",
                                   json_object_new_string(tk), "Input should be a valid string",
                                   json_object_get(tv));
-            return -1;
+            bad = 1;
         }
     }
+    if (bad)
+        return -1;
     total = (size_t)json_object_object_length(v);
     if (total > 256) {
         reply_too_long(res, "body", "env_vars", "Dictionary", 256, total, json_object_get(v));
@@ -1246,8 +1267,9 @@ canonical_json(json_object *v)
 
 /* Validates the create body into @c (CONTROL-PLANE.md §1) as the
  * reference's pydantic model does, lax mode (server/lax.h): each field
- * read by the reader of its type, in the model's order; NULL fields are
- * absent, unknown fields dropped. c->canon (fingerprinted, backend
+ * read by the reader of its type, in the model's order, every field's
+ * error an item of the one 422; NULL fields are absent, unknown fields
+ * dropped. c->canon (fingerprinted, backend
  * included) and c->config (stored; env_vars as env_var_names, left out
  * when empty) hold the coerced values with their keys sorted, so
  * {"timeout_secs": "5"} and {"timeout_secs": 5} are one request. 0, or -1
@@ -1257,7 +1279,7 @@ parse_create(json_object *body, create_req *c, cp_response *res)
 {
     json_object *val[N_CREATE_FIELDS] = { NULL }, *env_names = NULL, *v;
     size_t order[N_CREATE_FIELDS];
-    int rc = -1;
+    int rc = -1, bad = 0;
 
     memset(c, 0, sizeof *c);
     c->cpu = 1;
@@ -1268,7 +1290,8 @@ parse_create(json_object *body, create_req *c, cp_response *res)
             if (create_fields[k].kind == CF_BACKEND) {
                 reply_validation(res, "missing", "body", f, "Field required",
                                  json_object_get(body));
-                goto out;
+                bad = 1;
+                continue;
             }
             continue;
         }
@@ -1278,7 +1301,8 @@ parse_create(json_object *body, create_req *c, cp_response *res)
             if (!json_object_is_type(v, json_type_string)) {
                 reply_validation(res, "string_type", "body", f, "Input should be a valid string",
                                  json_object_get(v));
-                goto out;
+                bad = 1;
+                continue;
             }
             if (create_fields[k].kind == CF_BACKEND) {
                 normalize_backend(c, v);
@@ -1291,8 +1315,10 @@ parse_create(json_object *body, create_req *c, cp_response *res)
             break;
         case CF_FLOAT_GT0: {
             double d;
-            if (body_float_gt0(res, f, v, &d) < 0)
-                goto out;
+            if (body_float_gt0(res, f, v, &d) < 0) {
+                bad = 1;
+                continue;
+            }
             c->cpu = d;
             val[k] = jdouble(d);
             break;
@@ -1300,8 +1326,10 @@ parse_create(json_object *body, create_req *c, cp_response *res)
         case CF_INT_GT0: {
             int64_t iv;
             int range;
-            if (body_int_gt0(res, f, v, &iv, &range) < 0)
-                goto out;
+            if (body_int_gt0(res, f, v, &iv, &range) < 0) {
+                bad = 1;
+                continue;
+            }
             /* Past INT64_MAX (timeout_secs is bounded below, as its
              * expiry): pydantic's words for a bound at INT64_MAX, which
              * is what the server can carry, rather than a value cut to it. */
@@ -1310,7 +1338,8 @@ parse_create(json_object *body, create_req *c, cp_response *res)
                                      "Input should be less than or equal to "
                                      "9223372036854775807", json_object_get(v),
                                      cp_ctx_num("le", json_object_new_int64(INT64_MAX)));
-                goto out;
+                bad = 1;
+                continue;
             }
             /* The expiry (now + timeout_secs) must be a time the record
              * can show: at most 9999-12-31T23:59:59Z (the reference's
@@ -1321,7 +1350,8 @@ parse_create(json_object *body, create_req *c, cp_response *res)
                 reply_validation_ctx(res, "less_than_equal", "body", f, m, json_object_get(v),
                                      cp_ctx_num("le", json_object_new_int64(le)));
                 free(m);
-                goto out;
+                bad = 1;
+                continue;
             }
             if (!strcmp(f, "memory_mb"))
                 c->memory_mb = iv;
@@ -1334,17 +1364,23 @@ parse_create(json_object *body, create_req *c, cp_response *res)
         }
         case CF_BOOL: {
             int bv;
-            if (body_bool(res, f, v, &bv) < 0)
-                goto out;
+            if (body_bool(res, f, v, &bv) < 0) {
+                bad = 1;
+                continue;
+            }
             val[k] = json_object_new_boolean(bv);
             break;
         }
         case CF_ENV:
-            if (read_env_vars(v, &val[k], &env_names, res) < 0)
-                goto out;
+            if (read_env_vars(v, &val[k], &env_names, res) < 0) {
+                bad = 1;
+                continue;
+            }
             break;
         }
     }
+    if (bad)
+        goto out;
     /* The canonical object and the config: keys in sorted order. */
     for (size_t k = 0; k < N_CREATE_FIELDS; k++)
         order[k] = k;
@@ -2253,7 +2289,7 @@ h_sandbox_execute(cx *x, cp_request *req, cp_response *res)
     double t0, elapsed;
     int64_t us, rate = 0, prov, cust, claimed, changed;
     exec_job *job = NULL;
-    int deadline_expired = 0;
+    int deadline_expired = 0, bad = 0;
 
     request_id = hdr ? strdup(hdr) : cp_new_id("req");
     /* The read and the claim are one transaction (volatile: no answer
@@ -2296,29 +2332,27 @@ h_sandbox_execute(cx *x, cp_request *req, cp_response *res)
     body = body_object(req, res, 0);
     if (!body)
         goto out;
-    if (body_opt_string(body, "code", &code, res) < 0)
-        goto out;
     /* In the reference's order (code, language, command, args), then the
-     * fields beyond it. */
-    if (body_opt_string(body, "language", &language, res) < 0)
-        goto out;
-    if (body_opt_string(body, "command", &command, res) < 0)
-        goto out;
+     * fields beyond it; every field's error an item of the one 422. */
+    bad |= body_opt_string(body, "code", &code, res) < 0;
+    bad |= body_opt_string(body, "language", &language, res) < 0;
+    bad |= body_opt_string(body, "command", &command, res) < 0;
     if (json_object_object_get_ex(body, "args", &v) && !json_object_is_type(v, json_type_null)) {
         if (!json_object_is_type(v, json_type_array)) {
             reply_validation(res, "list_type", "body", "args", "Input should be a valid list",
                              json_object_get(v));
-            goto out;
+            bad = 1;
+        } else {
+            for (size_t i = 0; i < json_object_array_length(v); i++)
+                if (!json_object_is_type(json_object_array_get_idx(v, i), json_type_string)) {
+                    reply_validation_item(res, "string_type", "body", "args",
+                                          json_object_new_int((int)i),
+                                          "Input should be a valid string",
+                                          json_object_get(json_object_array_get_idx(v, i)));
+                    bad = 1;
+                }
+            args = v;
         }
-        for (size_t i = 0; i < json_object_array_length(v); i++)
-            if (!json_object_is_type(json_object_array_get_idx(v, i), json_type_string)) {
-                reply_validation_item(res, "string_type", "body", "args",
-                                      json_object_new_int((int)i),
-                                      "Input should be a valid string",
-                                      json_object_get(json_object_array_get_idx(v, i)));
-                goto out;
-            }
-        args = v;
     }
     if (json_object_object_get_ex(body, "stdin_b64", &v) && !json_object_is_type(v, json_type_null)) {
         if (!json_object_is_type(v, json_type_string) ||
@@ -2326,37 +2360,49 @@ h_sandbox_execute(cx *x, cp_request *req, cp_response *res)
             reply_validation(res, "value_error", "body", "stdin_b64",
                              "Value error, stdin_b64 must be standard base64",
                              json_object_get(v));
-            goto out;
+            bad = 1;
         }
     }
     if (json_object_object_get_ex(body, "env", &v) && !json_object_is_type(v, json_type_null)) {
         size_t n = 0, k = 0;
+        int bad_value = 0;
         if (!json_object_is_type(v, json_type_object)) {
             reply_validation(res, "dict_type", "body", "env", "Input should be a valid dictionary",
                              json_object_get(v));
-            goto out;
-        }
-        n = (size_t)json_object_object_length(v);
-        env = calloc(n + 1, sizeof *env);
-        json_object_object_foreach(v, ek, ev) {
-            if (!json_object_is_type(ev, json_type_string)) {
-                reply_validation_item(res, "string_type", "body", "env", json_object_new_string(ek),
-                                      "Input should be a valid string", json_object_get(ev));
-                goto out;
+            bad = 1;
+        } else {
+            /* Each value's type, then (a validator after those) the names. */
+            json_object_object_foreach(v, tk, tv) {
+                if (!json_object_is_type(tv, json_type_string)) {
+                    reply_validation_item(res, "string_type", "body", "env",
+                                          json_object_new_string(tk),
+                                          "Input should be a valid string", json_object_get(tv));
+                    bad_value = 1;
+                }
             }
-            if (!env_name_ok(ek)) {
-                reply_validation(res, "value_error", "body", "env", ENV_NAME_RULE,
-                                 json_object_new_string(ek));
-                goto out;
+            json_object_object_foreach(v, nk, nv) {
+                (void)nv;
+                if (!bad_value && !env_name_ok(nk)) {
+                    reply_validation(res, "value_error", "body", "env", ENV_NAME_RULE,
+                                     json_object_new_string(nk));
+                    bad_value = 1;
+                }
             }
-            env[k++] = cp_printf("%s=%s", ek, json_object_get_string(ev));
+            bad |= bad_value;
+            n = (size_t)json_object_object_length(v);
+            env = calloc(n + 1, sizeof *env);
+            json_object_object_foreach(v, ek, ev) {
+                if (!bad_value)
+                    env[k++] = cp_printf("%s=%s", ek, json_object_get_string(ev));
+            }
         }
     }
-    if (body_opt_string(body, "cwd", &cwd, res) < 0)
-        goto out;
+    bad |= body_opt_string(body, "cwd", &cwd, res) < 0;
     if (json_object_object_get_ex(body, "timeout_secs", &v) &&
         !json_object_is_type(v, json_type_null) &&
         body_float_gt0(res, "timeout_secs", v, &exec_timeout) < 0)
+        bad = 1;
+    if (bad)
         goto out;
     if (!code == !command) {
         reply_validation(res, "value_error", "body", NULL,

@@ -342,60 +342,70 @@ h_keys_create(cx *x, cp_request *req, cp_response *res)
     char now[40], expires[40], secret[64], digest[65], prefix[18];
     const char *exp_p = NULL;
     char *key_id, *scopes_json;
+    int bad = 0, empty = 0;
 
     if (!cp_require_scope(req, res, "keys:write"))
         return;
     body = cp_body_object(req, res);
     if (!body)
         return;
+    /* The model's fields in order (name, scopes, expires_at), every
+     * field's error an item of the one 422; then the handler's own
+     * check of the scopes. */
     name = body_name(body, res);
-    if (!name)
-        goto out;
+    bad |= !name;
     if (json_object_object_get_ex(body, "scopes", &v) && !json_object_is_type(v, json_type_null)) {
+        int bad_item = 0;
         if (!json_object_is_type(v, json_type_array)) {
             reply_validation(res, "list_type", "body", "scopes", "Input should be a valid list",
                              json_object_get(v));
-            goto out;
+            bad_item = 1;
         }
-        for (size_t i = 0; i < json_object_array_length(v); i++) {
+        /* At most 64: pydantic's too_long of a list with max_length,
+         * which it finds before the items' errors and in their place. */
+        if (!bad_item && json_object_array_length(v) > sizeof list / sizeof list[0]) {
+            reply_too_long(res, "body", "scopes", "List", sizeof list / sizeof list[0],
+                           json_object_array_length(v), json_object_get(v));
+            bad_item = 1;
+        }
+        for (size_t i = 0; !bad_item && i < json_object_array_length(v); i++) {
             json_object *s = json_object_array_get_idx(v, i);
             if (!json_object_is_type(s, json_type_string)) {
                 reply_validation_item(res, "string_type", "body", "scopes",
                                       json_object_new_int((int)i),
                                       "Input should be a valid string", json_object_get(s));
-                goto out;
+                bad = 1;
             }
         }
-        /* At most 64 (pydantic's too_long of a list with max_length). */
-        if (json_object_array_length(v) > sizeof list / sizeof list[0]) {
-            reply_too_long(res, "body", "scopes", "List", sizeof list / sizeof list[0],
-                           json_object_array_length(v), json_object_get(v));
-            goto out;
-        }
-        for (size_t i = 0; i < json_object_array_length(v); i++)
+        bad |= bad_item;
+        for (size_t i = 0; !bad && i < json_object_array_length(v); i++)
             list[n++] = json_object_get_string(json_object_array_get_idx(v, i));
-        if (n == 0) {
-            cp_reply_detail(res, 422, "at least one API-key scope is required");
-            goto out;
-        }
+        if (!bad && n == 0)
+            empty = 1;
     } else {
         list[n++] = "*";
+    }
+    if (json_object_object_get_ex(body, "expires_at", &v) &&
+        !json_object_is_type(v, json_type_null)) {
+        int64_t us;
+        if (parse_datetime_value(res, "body", "expires_at", v, &us) < 0) {
+            bad = 1;
+        } else {
+            cp_iso(us, expires, sizeof expires);
+            exp_p = expires;
+        }
+    }
+    if (bad)
+        goto out;
+    if (empty) {
+        cp_reply_detail(res, 422, "at least one API-key scope is required");
+        goto out;
     }
     qsort(list, n, sizeof list[0], cmp_str);
     scopes = json_object_new_array();
     for (size_t i = 0; i < n; i++)
         if (i == 0 || strcmp(list[i], list[i - 1]))
             json_object_array_add(scopes, json_object_new_string(list[i]));
-    if (json_object_object_get_ex(body, "expires_at", &v) &&
-        !json_object_is_type(v, json_type_null)) {
-        int64_t us;
-        if (parse_datetime_value(res, "body", "expires_at", v, &us) < 0) {
-            json_object_put(scopes);
-            goto out;
-        }
-        cp_iso(us, expires, sizeof expires);
-        exp_p = expires;
-    }
     key_id = cp_new_id("key");
     cp_now_iso(now, sizeof now);
     cp_new_product_key(x->set->pepper, secret, digest, prefix);

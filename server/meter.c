@@ -697,7 +697,7 @@ h_costs(cx *x, cp_request *req, cp_response *res)
 {
     const char *group = cp_query(req, "group_by");
     int64_t start = 0, end = 0;
-    int has_start, has_end;
+    int has_start, has_end, bad = 0;
     store_rows *sb = NULL, *ue = NULL, *ll = NULL;
     buckets bs = { 0 };
     json_object *out, *items;
@@ -715,10 +715,13 @@ h_costs(cx *x, cp_request *req, cp_response *res)
         reply_validation_at(res, "string_pattern_mismatch", loc,
                             "String should match pattern '^(sandbox|backend|day)$'",
                             json_object_new_string(group), ctx);
-        return;
+        bad = 1;
     }
-    if (window_arg(req, res, "start", &start, &has_start) < 0 ||
-        window_arg(req, res, "end", &end, &has_end) < 0)
+    /* Every argument's error an item of the one 422 (FastAPI's order:
+     * group_by, start, end). */
+    bad |= window_arg(req, res, "start", &start, &has_start) < 0;
+    bad |= window_arg(req, res, "end", &end, &has_end) < 0;
+    if (bad)
         return;
     if (has_start && has_end && start >= end) {
         cp_reply_detail(res, 422, "start must be before end");
