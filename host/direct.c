@@ -469,12 +469,9 @@ sbx_direct_destroy(sbx_sandbox *sandbox, const sbx_call_ctx *ctx, sbx_error **er
          * die before, the keeper, which takes this lock once the sandbox
          * ended, removes the directory as it is. Taken by another (a
          * destroy in the plugin host): that one goes on alone. */
-        meta_lock = open(ep->meta, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
-        if (meta_lock < 0 || flock(meta_lock, LOCK_EX | LOCK_NB) < 0) {
-            if (meta_lock >= 0)
-                close(meta_lock);
+        meta_lock = proto_meta_lock(ep->meta);
+        if (meta_lock < 0)
             return 0;
-        }
     }
     proto_buf_init(&b, PROTO_DESTROY);
     if (b.failed || connect_ep(ep, until_of(ctx, DIRECT_SEND_SECS), &fd) < 0
@@ -504,11 +501,7 @@ sbx_direct_destroy(sbx_sandbox *sandbox, const sbx_call_ctx *ctx, sbx_error **er
          * ends next, and the namespace with it. Renamed, the directory is
          * the keeper's; not renamed, the plugin host's destroy removes it
          * (it finds the supervisor gone). */
-        char *trash = proto_trash_path(ep->meta);
-
-        if (trash)
-            renameat2(AT_FDCWD, ep->meta, AT_FDCWD, trash, RENAME_NOREPLACE);
-        free(trash);
+        proto_meta_to_trash(ep->meta);
     }
     if (meta_lock >= 0)
         close(meta_lock);

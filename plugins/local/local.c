@@ -3566,18 +3566,6 @@ static void kill_supervisor_tree(struct sbx_plugin_sandbox *sb)
     wait_supervisor_gone(sb, GONE_SECS);
 }
 
-#ifdef SBX_LOCAL_BUBBLEWRAP
-/** Renames @sb's META to its trash name (proto_trash_path), never over an
- *  existing one. 0, or -1 (errno) when it stays where it is. */
-static int meta_to_trash(struct sbx_plugin_sandbox *sb)
-{
-    char *trash = sb->meta ? proto_trash_path(sb->meta) : NULL;
-    int r = trash ? renameat2(AT_FDCWD, sb->meta, AT_FDCWD, trash, RENAME_NOREPLACE) : -1;
-    free(trash);
-    return r;
-}
-#endif
-
 static int local_destroy(sbx_plugin_sandbox *sandbox, const sbx_call_ctx *ctx,
                          sbx_error **error)
 {
@@ -3602,11 +3590,7 @@ static int local_destroy(sbx_plugin_sandbox *sandbox, const sbx_call_ctx *ctx,
     /* Held until META is gone: should this process die before (SIGKILL),
      * the launcher's keeper, which waits for it after the sandbox's end,
      * removes what is left (keeper() in supervisor.c). */
-    meta_lock = open(sb->meta, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
-    if (meta_lock >= 0 && flock(meta_lock, LOCK_EX | LOCK_NB) < 0) {
-        close(meta_lock);
-        meta_lock = -1;
-    }
+    meta_lock = proto_meta_lock(sb->meta);
 #endif
     int fd = request_simple(sb, PROTO_DESTROY, &bd, &e, &io, &peer);
     int asked = fd >= 0;
@@ -3649,7 +3633,7 @@ static int local_destroy(sbx_plugin_sandbox *sandbox, const sbx_call_ctx *ctx,
          * META as it is). Else the init's exit is waited for, as before,
          * for the cgroups and a caller's root_dir. */
         if (io == IO_OK && type == PROTO_DESTROYED && sb->owns_root && meta_lock >= 0
-            && !bwrap_cgroups_exist(sb->id) && meta_to_trash(sb) == 0) {
+            && !bwrap_cgroups_exist(sb->id) && sb->meta && proto_meta_to_trash(sb->meta) == 0) {
             close(fd);
             goto destroyed;
         }

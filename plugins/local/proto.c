@@ -16,6 +16,7 @@
 #include <time.h>
 #include <sys/wait.h>
 #include <unistd.h>
+#include <sys/file.h>
 #include <sys/ioctl.h>
 #include <sys/stat.h>
 #include <sys/socket.h>
@@ -685,6 +686,28 @@ char *proto_trash_path(const char *meta)
     if (asprintf(&t, "%.*s/" PROTO_TRASH_PREFIX "%s", (int)(slash - meta), meta, slash + 1) < 0)
         return NULL;
     return t;
+}
+
+int proto_meta_lock(const char *meta)
+{
+    int fd = open(meta, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+    if (fd >= 0 && flock(fd, LOCK_EX | LOCK_NB) < 0) {
+        int e = errno;
+        close(fd);
+        errno = e;
+        return -1;
+    }
+    return fd;
+}
+
+int proto_meta_to_trash(const char *meta)
+{
+    char *trash = proto_trash_path(meta);
+    int r = trash ? renameat2(AT_FDCWD, meta, AT_FDCWD, trash, RENAME_NOREPLACE) : -1;
+    int e = errno;
+    free(trash);
+    errno = e;
+    return r;
 }
 
 /* Whether spare directory @path (PROTO_SPARE_PREFIX) lost its supervisor:

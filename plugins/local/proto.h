@@ -430,6 +430,19 @@ int proto_clean_bwrap_root(const char *root);
  *  with errno (ENOMEM, or EINVAL when @meta has no last component). */
 char *proto_trash_path(const char *meta);
 
+/** The destroy's lock of meta directory @meta: an open descriptor holding
+ *  its exclusive flock(2), taken without waiting, to be closed once META
+ *  has its trash name (proto_meta_to_trash()); should the holder die
+ *  before, the keeper, which takes the lock once the sandbox ended,
+ *  removes META as it is. -1 (errno; EWOULDBLOCK: another destroy holds
+ *  it) when not taken. */
+int proto_meta_lock(const char *meta);
+
+/** Renames meta directory @meta to its trash name (proto_trash_path()),
+ *  never over an existing one, for the keeper to remove. 0, or -1 (errno)
+ *  when it stays where it is. */
+int proto_meta_to_trash(const char *meta);
+
 /** Removes every trash directory (PROTO_TRASH_PREFIX) directly under
  *  absolute directory @dir that belongs to this effective user and was
  *  renamed there at least @min_age seconds ago (its ctime;
