@@ -956,6 +956,23 @@ static sbx_async *warm_pool(sbx_sandbox *sb)
     return a;
 }
 
+/* Cancels @op of pool @a, whose callback fills @e: the callback runs with
+ * the cancellation, and the threads are back to @base, within 0.5 s of
+ * the cancel. */
+static void cancel_ends_at_once(sbx_async *a, sbx_op *op, op_end *e, int base)
+{
+    double t0 = tu_now();
+    cr_assert_eq(sbx_op_cancel(op), 1);
+    while (!e->ran && tu_now() - t0 < 15)
+        sbx_async_wait(a, 0.01);
+    cr_assert(e->ran && e->at - t0 < 0.5, "the callback ran %.2f s after the cancel",
+              e->at - t0);
+    cr_assert_eq(e->code, SBX_ERROR_CANCELLED, "%s", sbx_error_code_name(e->code));
+    threads_back_to(base, 0.5 - (tu_now() - t0));
+    cr_assert(own_threads() <= base, "%d threads %.2f s after the cancel (%d before)",
+              own_threads(), tu_now() - t0, base);
+}
+
 /* sbx_op_cancel() of an execute whose command runs: the command is gone at
  * the provider (SIGTERM through envd, its tree by its mark), the callback
  * runs with the cancellation, and the plugin's thread of the command has
@@ -983,19 +1000,34 @@ Test(e2b, a_cancelled_execute_ends_its_command_and_its_thread)
     }
     cr_assert_str_neq(procs, "[]", "the command never ran");
     free(procs);
-    double t0 = tu_now();
-    cr_assert_eq(sbx_op_cancel(op), 1);
-    while (!e.ran && tu_now() - t0 < 15)
-        sbx_async_wait(a, 0.01);
-    cr_assert(e.ran && e.at - t0 < 0.5, "the callback ran %.2f s after the cancel", e.at - t0);
-    cr_assert_eq(e.code, SBX_ERROR_CANCELLED, "%s", sbx_error_code_name(e.code));
-    threads_back_to(base, 0.5 - (tu_now() - t0));
-    cr_assert(own_threads() <= base, "%d threads %.2f s after the cancel (%d before)",
-              own_threads(), tu_now() - t0, base);
+    cancel_ends_at_once(a, op, &e, base);
     procs = fake_processes(id);
     cr_assert_str_eq(procs, "[]");
     free(procs);
     sbx_async_free(a);
+}
+
+/* A timeout whose SIGTERM comes before envd named the command (its Start
+ * answered 1 s late, the process started then): the signal is sent by pid
+ * once the start event names it, so the command ends then (124), not at
+ * the grace's SIGKILL (0.3 + SBX_KILL_GRACE_SECS s). */
+Test(e2b, a_signal_before_the_start_event_reaches_the_command)
+{
+    g_sb = create_with_lifetime(600);
+    const char *id = sbx_sandbox_get0_id(g_sb);
+    tu_fake_post("/_fake/faults", "{\"method\":\"POST\",\"path\":\"^/process\\\\.Process/Start$\","
+                                  "\"action\":\"pass\",\"delay\":1}");
+    double t0 = tu_now();
+    sbx_result *r = tu_sh(g_sb, "sleep 60", 0.3);
+    double took = tu_now() - t0;
+    cr_assert_eq(sbx_result_is_timed_out(r), 1);
+    cr_assert_eq(sbx_result_get_exit_code(r), 124);
+    cr_assert(took >= 1.0 && took < 0.3 + SBX_KILL_GRACE_SECS - 0.3,
+              "ended %.2f s after the exec began", took);
+    sbx_result_free(r);
+    char *procs = fake_processes(id);
+    cr_assert_str_eq(procs, "[]");
+    free(procs);
 }
 
 /* A cancel that comes after the command's SIGKILL (a timed-out command,
@@ -1024,14 +1056,6 @@ Test(e2b, a_cancel_after_sigkill_ends_a_command_envd_never_named_at_once)
         sbx_async_wait(a, 0.05);
         cr_assert_eq(e.ran, 0, "the execute ended before the cancel");
     }
-    double t0 = tu_now();
-    cr_assert_eq(sbx_op_cancel(op), 1);
-    while (!e.ran && tu_now() - t0 < 15)
-        sbx_async_wait(a, 0.01);
-    cr_assert(e.ran && e.at - t0 < 0.5, "the callback ran %.2f s after the cancel", e.at - t0);
-    cr_assert_eq(e.code, SBX_ERROR_CANCELLED, "%s", sbx_error_code_name(e.code));
-    threads_back_to(base, 0.5 - (tu_now() - t0));
-    cr_assert(own_threads() <= base, "%d threads %.2f s after the cancel (%d before)",
-              own_threads(), tu_now() - t0, base);
+    cancel_ends_at_once(a, op, &e, base);
     sbx_async_free(a);
 }

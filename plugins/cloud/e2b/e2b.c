@@ -45,7 +45,10 @@
  *    SIGNAL_SIGKILL: envd has no others), which reaches the one process;
  *    the rest of its tree (background and setsid'd descendants) is found by
  *    the variable SBX_EXEC_ID=<random> every command carries in its
- *    environment, and signalled by a short command in the sandbox.
+ *    environment, and signalled by a short command in the sandbox. A
+ *    signal asked for before the start event named the process goes to
+ *    its tree by the mark at once, and to the process by its pid when the
+ *    start event comes.
  *    Every process stream asks envd for a keepalive message after each
  *    Keepalive-Ping-Interval seconds of quiet: the client option
  *    "keepalive_s" (a number > 0, at most 86400, rounded up to whole
@@ -172,7 +175,10 @@ typedef struct e2b_proc {
     char tag[32];       /* CL_EXEC_MARK of the command's processes; "" for none */
     int over;           /* the stream is over */
     int lost;           /* its stream was cut and could not be re-attached */
+    int pending_sig;    /* a signal asked for before the start event: sent once it comes */
 } e2b_proc;
+
+static int e2b_signal_pid(e2b_proc *p, const sbx_call_ctx *ctx, int64_t pid, int sig);
 
 /* ------------------------------------------------------------------------ */
 /* Helpers                                                                   */
@@ -628,8 +634,14 @@ static int e2b_on_frame(void *ud, unsigned flags, const char *p, size_t n)
         if (cl_json_int(x, "pid", &v) == 1) {
             pthread_mutex_lock(&s->p->plock);
             s->p->pid = v;
+            int sig = s->p->pending_sig;
             pthread_cond_broadcast(&s->p->pcond);
             pthread_mutex_unlock(&s->p->plock);
+            if (sig) {
+                /* A kill asked for before envd named the process. */
+                sbx_call_ctx kc = { sizeof(kc), cl_now() + 10, -1, NULL };
+                e2b_signal_pid(s->p, &kc, v, sig);
+            }
         }
     } else if ((x = cl_json_path(ev, "data", NULL))) {
         static const char *const keys[] = { "stdout", "stderr", "pty" };
@@ -1045,16 +1057,11 @@ static int e2b_exec_start(sbx_plugin_sandbox *sb, const sbx_call_ctx *ctx,
     return 0;
 }
 
-static int e2b_exec_kill(sbx_plugin_process *process, const sbx_call_ctx *ctx, int sig,
-                         sbx_error **error)
+/* process.Process/SendSignal to envd's process @pid: SIGTERM as
+ * SIGNAL_SIGTERM, any other signal as SIGNAL_SIGKILL. 0 (also when it ended
+ * meanwhile), or -1 with cl_last(). */
+static int e2b_signal_pid(e2b_proc *p, const sbx_call_ctx *ctx, int64_t pid, int sig)
 {
-    e2b_proc *p = (e2b_proc *)process;
-    pthread_mutex_lock(&p->plock);
-    int64_t pid = p->pid;
-    int over = p->over;
-    pthread_mutex_unlock(&p->plock);
-    if (over || pid <= 0)
-        return 0;
     json_object *b = json_object_new_object(), *sel = json_object_new_object();
     json_object_object_add(sel, "pid", json_object_new_int64(pid));
     json_object_object_add(b, "process", sel);
@@ -1065,10 +1072,29 @@ static int e2b_exec_kill(sbx_plugin_process *process, const sbx_call_ctx *ctx, i
     json_object_put(b);
     if (rc < 0 && cl_last()->code == SBX_ERROR_NOT_FOUND && !e2b_is_gone(p->sb))
         rc = 0;     /* it ended meanwhile */
-    if (rc < 0) {
+    return rc;
+}
+
+static int e2b_exec_kill(sbx_plugin_process *process, const sbx_call_ctx *ctx, int sig,
+                         sbx_error **error)
+{
+    e2b_proc *p = (e2b_proc *)process;
+    pthread_mutex_lock(&p->plock);
+    int64_t pid = p->pid;
+    int over = p->over;
+    /* Not named yet (its start event still on its way): the signal goes
+     * to it by its pid once named, and now to whatever of its tree runs,
+     * by its mark, below. */
+    if (!over && pid <= 0 && (p->pending_sig == 0 || sig == SIGKILL))
+        p->pending_sig = sig;
+    pthread_mutex_unlock(&p->plock);
+    if (over)
+        return 0;
+    if (pid > 0 && e2b_signal_pid(p, ctx, pid, sig) < 0) {
         cl_fail_from(error, cl_last(), "exec_kill");
         return -1;
     }
+    int rc;
     /* envd signals the one process: the rest of its tree (background and
      * setsid'd descendants included) is found by the mark in its
      * environment. */
