@@ -194,40 +194,32 @@ Test(case02, d_not_executable)
 
 /* ================================================================ CASE-04 */
 
+/* sandbox_sleep300_count()'s test: a running `sleep 300` whose
+ * environment holds the entry @ud ("SANDBOX_ROOT=root"). */
+static int sleep300_of(pid_t pid, void *ud)
+{
+    const char *needle = ud;
+    char buf[65536];
+    if (tu_pid_gone(pid) || tu_cmdline(pid, buf, sizeof buf) != 9
+        || strcmp(buf, "sleep 300") != 0)
+        return 0;
+    char path[64];
+    snprintf(path, sizeof path, "/proc/%d/environ", (int)pid);
+    int fd = open(path, O_RDONLY | O_CLOEXEC);
+    if (fd < 0)
+        return 0;
+    ssize_t n = read(fd, buf, sizeof buf);
+    close(fd);
+    /* With its NUL: the whole entry. */
+    return n > 0 && memmem(buf, (size_t)n, needle, strlen(needle) + 1) != NULL;
+}
+
 /* Processes of this sandbox (SANDBOX_ROOT=root in their environment)
  * whose command line is exactly `sleep 300`, still running. */
 static int sandbox_sleep300_count(void)
 {
     char *needle = tu_strdup_printf("SANDBOX_ROOT=%s", g_root);
-    size_t nlen = strlen(needle) + 1; /* with its NUL: the whole entry */
-    DIR *d = opendir("/proc");
-    cr_assert_not_null(d);
-    struct dirent *e;
-    int count = 0;
-    while ((e = readdir(d)) != NULL) {
-        char *end;
-        long pid = strtol(e->d_name, &end, 10);
-        if (*end || pid <= 0 || tu_pid_gone((pid_t)pid))
-            continue;
-        char path[64], buf[65536];
-        snprintf(path, sizeof path, "/proc/%ld/cmdline", pid);
-        int fd = open(path, O_RDONLY | O_CLOEXEC);
-        if (fd < 0)
-            continue;
-        ssize_t n = read(fd, buf, sizeof buf);
-        close(fd);
-        if (n != 10 || memcmp(buf, "sleep\0" "300\0", 10) != 0)
-            continue;
-        snprintf(path, sizeof path, "/proc/%ld/environ", pid);
-        fd = open(path, O_RDONLY | O_CLOEXEC);
-        if (fd < 0)
-            continue;
-        n = read(fd, buf, sizeof buf);
-        close(fd);
-        if (n > 0 && memmem(buf, (size_t)n, needle, nlen) != NULL)
-            count++;
-    }
-    closedir(d);
+    int count = (int)tu_pids_where(sleep300_of, needle, NULL, SIZE_MAX);
     free(needle);
     return count;
 }

@@ -261,29 +261,26 @@ static int backend_is_bubblewrap(void)
     return strcmp(tu_backend(), "bubblewrap") == 0;
 }
 
+static int in_pidns(pid_t pid, void *ns)
+{
+    char link[64], target[64];
+    snprintf(link, sizeof link, "/proc/%d/ns/pid", (int)pid);
+    ssize_t l = tu_pid_gone(pid) ? -1 : readlink(link, target, sizeof target - 1);
+    if (l <= 0)
+        return 0;
+    target[l] = '\0';
+    return strcmp(target, ns) == 0;
+}
+
+static int child_of_pid(pid_t pid, void *parent)
+{
+    return tu_ppid(pid) == *(pid_t *)parent;
+}
+
 /* The host pids of the processes in pid namespace @ns ("pid:[N]"). */
 static size_t procs_in_pidns(const char *ns, pid_t *pids, size_t max)
 {
-    DIR *d = opendir("/proc");
-    cr_assert_not_null(d);
-    size_t n = 0;
-    struct dirent *e;
-    while ((e = readdir(d)) != NULL && n < max) {
-        char *end;
-        long v = strtol(e->d_name, &end, 10);
-        if (*end || v <= 0 || tu_pid_gone((pid_t)v))
-            continue;
-        char link[64], target[64];
-        snprintf(link, sizeof link, "/proc/%ld/ns/pid", v);
-        ssize_t l = readlink(link, target, sizeof target - 1);
-        if (l <= 0)
-            continue;
-        target[l] = '\0';
-        if (strcmp(target, ns) == 0)
-            pids[n++] = (pid_t)v;
-    }
-    closedir(d);
-    return n;
+    return tu_pids_where(in_pidns, (void *)ns, pids, max);
 }
 
 /*
@@ -299,18 +296,10 @@ static void nothing_left_behind_bubblewrap(void)
     start_background(g_sb, inner, 8);
     const char *id = sbx_sandbox_get0_id(g_sb);
     pid_t bw[1] = { tu_bwrap_pid(id) };
-    pid_t sup = 0;
-    DIR *d = opendir("/proc");
-    cr_assert_not_null(d);
-    struct dirent *e;
-    while ((e = readdir(d)) != NULL) {
-        long v = strtol(e->d_name, NULL, 10);
-        if (v > 0 && tu_ppid((pid_t)v) == bw[0]) {
-            cr_assert_eq(sup, 0, "bwrap %d has two children", (int)bw[0]);
-            sup = (pid_t)v;
-        }
-    }
-    closedir(d);
+    pid_t sups[2] = { 0, 0 }, sup;
+    size_t nsup = tu_pids_where(child_of_pid, &bw[0], sups, 2);
+    cr_assert(nsup < 2, "bwrap %d has two children", (int)bw[0]);
+    sup = sups[0];
     cr_assert(sup > 1, "bwrap %d has no child", (int)bw[0]);
     char link[64], ns[64];
     snprintf(link, sizeof link, "/proc/%d/ns/pid", (int)sup);

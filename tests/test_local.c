@@ -148,20 +148,15 @@ static void expect_sh(sbx_sandbox *sb, const char *script, const char *want)
     sbx_result_free(r);
 }
 
+static int child_of(pid_t pid, void *parent)
+{
+    return tu_ppid(pid) == *(pid_t *)parent && !tu_pid_gone(pid);
+}
+
 /* Pids (host view) of the supervisor's children: its exec reapers. */
 static size_t children_of(pid_t parent, pid_t *out, size_t max)
 {
-    size_t n = 0;
-    DIR *d = opendir("/proc");
-    cr_assert_not_null(d);
-    struct dirent *e;
-    while ((e = readdir(d)) != NULL && n < max) {
-        long v = strtol(e->d_name, NULL, 10);
-        if (v > 0 && tu_ppid((pid_t)v) == parent && !tu_pid_gone((pid_t)v))
-            out[n++] = (pid_t)v;
-    }
-    closedir(d);
-    return n;
+    return tu_pids_where(child_of, &parent, out, max);
 }
 
 /* ---------------------------------------------------------------- impostor */
@@ -426,36 +421,23 @@ Test(supervisor, a_supervisor_that_does_not_answer_resumes_for_destroy_only)
 
 /* ------------------------------------------- a stopped supervisor */
 
-/* How many processes have @word in their command line, its arguments
- * joined by spaces (host-wide: a bubblewrap sandbox's are host processes
- * too). */
+static int cmdline_has(pid_t pid, void *word)
+{
+    char buf[4096];
+    ssize_t len = tu_cmdline(pid, buf, sizeof buf - 1);
+    if (len <= 0)
+        return 0;
+    buf[len] = ' ';
+    buf[len + 1] = '\0';
+    return strstr(buf, word) != NULL;
+}
+
+/* How many processes have @word in their command line, each of its
+ * arguments followed by a space (so "sleep 9 " is the whole argument 9;
+ * host-wide: a bubblewrap sandbox's are host processes too). */
 static int count_with_arg(const char *word)
 {
-    int n = 0;
-    DIR *d = opendir("/proc");
-    cr_assert_not_null(d);
-    struct dirent *e;
-    while ((e = readdir(d)) != NULL) {
-        long v = strtol(e->d_name, NULL, 10);
-        if (v <= 0 || v == (long)getpid())
-            continue;
-        char path[64], buf[4096];
-        snprintf(path, sizeof path, "/proc/%ld/cmdline", v);
-        int fd = open(path, O_RDONLY | O_CLOEXEC);
-        if (fd < 0)
-            continue;
-        ssize_t len = read(fd, buf, sizeof buf - 1);
-        close(fd);
-        if (len <= 0)
-            continue;
-        for (ssize_t i = 0; i < len; i++)
-            if (buf[i] == '\0')
-                buf[i] = ' ';
-        buf[len] = '\0';
-        n += strstr(buf, word) != NULL;
-    }
-    closedir(d);
-    return n;
+    return (int)tu_pids_where(cmdline_has, (void *)word, NULL, SIZE_MAX);
 }
 
 /* The exec of a stopped supervisor's sandbox, on another thread. */

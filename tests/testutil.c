@@ -785,29 +785,58 @@ size_t tu_wait_procs_gone(const char *path, pid_t *pids, size_t max, double secs
     return n;
 }
 
-size_t tu_procs_mentioning(const char *path, pid_t *pids, size_t max)
+size_t tu_pids_where(int (*match)(pid_t pid, void *ud), void *ud, pid_t *pids, size_t max)
 {
     DIR *d = opendir("/proc");
     cr_assert_not_null(d);
     size_t n = 0;
     struct dirent *e;
     pid_t self = getpid();
-    while ((e = readdir(d)) != NULL && n < max) {
+    while (n < max && (e = readdir(d)) != NULL) {
         char *end;
         long v = strtol(e->d_name, &end, 10);
-        if (*end || v <= 0 || (pid_t)v == self)
+        if (*end || v <= 0 || (pid_t)v == self || !match((pid_t)v, ud))
             continue;
-        if (tu_pid_gone((pid_t)v))
-            continue;
-        /* This test's own plugin hosts carry its environment too; they are
-         * the application's side, not the sandbox's. */
-        if (tu_ppid((pid_t)v) == self && tu_is_plugin_host((pid_t)v))
-            continue;
-        if (proc_mentions((pid_t)v, path))
-            pids[n++] = (pid_t)v;
+        if (pids)
+            pids[n] = (pid_t)v;
+        n++;
     }
     closedir(d);
     return n;
+}
+
+ssize_t tu_cmdline(pid_t pid, char *buf, size_t cap)
+{
+    char path[64];
+    snprintf(path, sizeof path, "/proc/%d/cmdline", (int)pid);
+    int fd = open(path, O_RDONLY | O_CLOEXEC);
+    if (fd < 0)
+        return -1;
+    ssize_t len = read(fd, buf, cap - 1);
+    close(fd);
+    if (len > 0 && buf[len - 1] == '\0')
+        len--;      /* the last argument's NUL */
+    if (len <= 0)
+        return -1;
+    for (ssize_t i = 0; i < len; i++)
+        if (buf[i] == '\0')
+            buf[i] = ' ';
+    buf[len] = '\0';
+    return len;
+}
+
+/* tu_procs_mentioning()'s test: a running process, not one of this test's
+ * own plugin hosts (they carry its environment too; they are the
+ * application's side, not the sandbox's), that mentions @ud, a path. */
+static int mentions_path(pid_t pid, void *ud)
+{
+    return !tu_pid_gone(pid) && !(tu_ppid(pid) == getpid() && tu_is_plugin_host(pid))
+           && proc_mentions(pid, ud);
+}
+
+size_t tu_procs_mentioning(const char *path, pid_t *pids, size_t max)
+{
+    return tu_pids_where(mentions_path, (void *)path, pids, max);
 }
 
 /* ------------------------------------------------------------------------

@@ -136,6 +136,15 @@ int tu_wait_pid_gone(pid_t pid, double secs);
 const char *tu_proc_describe(pid_t pid);
 /* The parent pid of @pid (from /proc), or -1 when it is gone. */
 pid_t tu_ppid(pid_t pid);
+/* Walks /proc: the pids of the processes (other than this one) for which
+ * @match(pid, @ud) returns 1, in /proc's order. Stores at most @max in
+ * @pids (which may be NULL, to count) and returns how many matched, up to
+ * @max. */
+size_t tu_pids_where(int (*match)(pid_t pid, void *ud), void *ud, pid_t *pids, size_t max);
+/* The command line of @pid, its arguments joined by spaces, into @buf
+ * (@cap bytes, NUL-terminated, cut to fit); its length, or -1 when it
+ * cannot be read or is empty (a kernel thread, a zombie). */
+ssize_t tu_cmdline(pid_t pid, char *buf, size_t cap);
 /* Pids of processes (other than this one) whose cwd, command line,
  * environment or open descriptors mention @path, and that still run.
  * Returns how many were stored in @pids (at most @max). */
