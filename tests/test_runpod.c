@@ -241,6 +241,48 @@ Test(runpod, disk_and_env_and_image)
     sbx_result_free(r);
 }
 
+/* An ssh master that ends saying nothing (no line in its log, as when it
+ * is killed before it could speak) is started once more: here the first
+ * `ssh -N` on PATH exits 255 silently, the second is the real one. The
+ * create and a command succeed, and the silent one ran exactly once. */
+Test(runpod, a_master_that_ends_saying_nothing_is_started_again)
+{
+    char dir[] = "/tmp/sbx-test-rp-ssh-XXXXXX";
+    cr_assert_not_null(mkdtemp(dir));
+    g_tmp_base = strdup(dir);   /* removed by the teardown, whatever happens */
+    char *wrapper = tu_strdup_printf("%s/ssh", dir), *count = tu_strdup_printf("%s/silent", dir);
+    char *script = tu_strdup_printf(
+        "#!/bin/sh\n"
+        "for a; do if [ \"$a\" = -N ] && [ ! -e '%s' ]; then echo x > '%s'; exit 255; fi; done\n"
+        "PATH=${PATH#*:} exec ssh \"$@\"\n", count, count);
+    tu_write_file(wrapper, script, strlen(script), 0755);
+    const char *old = getenv("PATH");
+    char *saved = strdup(old ? old : "/usr/bin:/bin");
+    char *path = tu_strdup_printf("%s:%s", dir, saved);
+    setenv("PATH", path, 1);
+    sbx_error *err = NULL;
+    /* PATH holds the wrapper while the plugin starts ssh: in process at
+     * the create, out of process from the plugin host's start. */
+    sbx_client *c = sbx_client_new("runpod", &err);
+    cr_assert_not_null(c, "sbx_client_new: %s", err ? sbx_error_get0_message(err) : "");
+    sbx_sandbox *sb = tu_create(c, NULL);
+    sbx_result *r = tu_sh(sb, "echo hi", 20);
+    setenv("PATH", saved, 1);
+    tu_assert_exit(r, 0);
+    tu_assert_stdout(r, "hi\n");
+    sbx_result_free(r);
+    cr_assert(tu_exists(count), "the silent ssh never ran");
+    cr_assert_eq(sbx_sandbox_destroy(sb, &err), 0, "destroy: %s",
+                 err ? sbx_error_get0_message(err) : "");
+    sbx_sandbox_free(sb);
+    sbx_client_free(c);
+    free(wrapper);
+    free(count);
+    free(script);
+    free(path);
+    free(saved);
+}
+
 /* ------------------------------------------------------------ refusals */
 
 static void assert_refused(sbx_options *o, const char *option)

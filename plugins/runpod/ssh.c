@@ -584,31 +584,51 @@ int rp_ssh_master(rp_ssh *s, const sbx_call_ctx *ctx, const char *op, sbx_error 
             return 0;
         }
     }
-    unlink(s->sock);
     char log[RP_SSH_PATH_MAX + 16];
     snprintf(log, sizeof log, "%s/m.log", s->dir);
+    cl_bound b = cl_bound_make(ctx, s->connect_timeout_s + 5);
+    int rc = -1, tries = 0;
+    pid_t pid;
+spawn:
+    unlink(s->sock);
     unlink(log);
     rp_argv a = { 0 };
     rp_argv_common(s, &a, 1, log);
     rp_arg(&a, "-N");
     rp_arg(&a, s->host);
     a.v[a.n] = NULL;
-    pid_t pid = rp_spawn(a.v, -1, -1, -1, 1);
+    pid = rp_spawn(a.v, -1, -1, -1, 1);
     rp_argv_clear(&a);
+    tries++;
     if (pid < 0) {
         cl_fail(error, SBX_ERROR_RESOURCE_EXHAUSTED, op, "cannot start ssh: %s",
                 strerror(errno));
         pthread_mutex_unlock(&s->lock);
         return -1;
     }
-    cl_bound b = cl_bound_make(ctx, s->connect_timeout_s + 5);
-    int rc = -1;
     for (;;) {
         int st;
         pid_t r = waitpid(pid, &st, WNOHANG);
         if (r == pid) {
             pid = 0;
-            rp_transport_error(s, error, log, "could not connect", op);
+            char *line = rp_log_line(log);
+            char how[96];
+            if (WIFSIGNALED(st))
+                snprintf(how, sizeof how, "could not connect (ssh killed by signal %d)",
+                         WTERMSIG(st));
+            else
+                snprintf(how, sizeof how, "could not connect (ssh exit status %d)",
+                         WIFEXITED(st) ? WEXITSTATUS(st) : -1);
+            free(line);
+            /* An ssh that ended saying nothing (no line in its log: no
+             * refusal, no authentication failure, no timeout) is started
+             * once more: a connection's start is safe to repeat. */
+            if (!line && tries < 2 && cl_bound_left(&b) != 0 && !cl_bound_cancelled(&b)) {
+                CL_LOG(SBX_LOG_WARNING, "ssh master of %s:%d ended saying nothing (%s); "
+                       "starting it again", s->host, s->port, how + strlen("could not connect "));
+                goto spawn;
+            }
+            rp_transport_error(s, error, log, how, op);
             break;
         }
         if (rp_sock_answers(s->sock)) {
