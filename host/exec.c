@@ -107,6 +107,8 @@ typedef struct exec_state {
     const sbx_plugin *plugin;
     sbx_plugin_process *proc;
     sbx_call_ctx ctx;
+    double call_end;            /* CLOCK_MONOTONIC end of the start call (the
+                                 * client's call timeout); 0 = none */
     exec_stream out[2];         /* stdout, stderr */
     int in_fd;                  /* host end of the stdin socket; -1 when none */
     int given_in;               /* caller's stdin descriptor (borrowed); -1 = none */
@@ -985,9 +987,20 @@ exec_begin(exec_state *st, sbx_sandbox *sandbox, const sbx_exec_request *request
     if (st->ctx.deadline > 0
         && (preq.start_deadline == 0 || st->ctx.deadline < preq.start_deadline))
         preq.start_deadline = st->ctx.deadline;
-    if (direct && sbx_direct_exec_start(sandbox, &st->ctx, &preq, &st->proc) == 0) {
+    /* The start is one slot call, which the client's call timeout bounds
+     * on every path (out of process the plugin host applies it as well). */
+    sbx_call_ctx sctx = st->ctx;
+    st->call_end = sandbox->client->call_timeout > 0 ? *start + sandbox->client->call_timeout
+                                                     : 0;
+    if (st->call_end > 0) {
+        if (preq.start_deadline == 0 || st->call_end < preq.start_deadline)
+            preq.start_deadline = st->call_end;
+        if (sctx.deadline <= 0 || st->call_end < sctx.deadline)
+            sctx.deadline = st->call_end;
+    }
+    if (direct && sbx_direct_exec_start(sandbox, &sctx, &preq, &st->proc) == 0) {
         st->plugin = sbx_direct_plugin();
-    } else if (start_fn(sandbox->handle, &st->ctx, &preq, &st->proc, &perr) != 0) {
+    } else if (start_fn(sandbox->handle, &sctx, &preq, &st->proc, &perr) != 0) {
         st->proc = NULL;
         if (cancel_ready(st)) {
             /* The plugin saw the cancellation (and refused or undid the
@@ -1041,19 +1054,37 @@ exec_result(exec_state *st, double start, sbx_error **err)
  * was the command's own, not the call's deadline, it is what any command
  * that outlives its timeout is: a result, timed out, exit code 124, no
  * output, and *@err cleared; as every backend reports it. Else NULL,
- * *@err kept.
+ * *@err kept, its message naming the call's deadline when that came
+ * first (the start call's: the client's call timeout; or the caller's).
  */
 static sbx_result *
-late_start_result(const exec_state *st, double start, double timeout, sbx_error **err)
+late_start_result(const exec_state *st, const sbx_sandbox *sandbox, double start,
+                  double timeout, sbx_error **err)
 {
     const char *reason;
     sbx_result *res;
 
     if (!err || !*err || sbx_error_get_code(*err) != SBX_ERROR_TIMEOUT
         || !(reason = sbx_error_get0_context(*err, "reason"))
-        || strcmp(reason, "start_deadline") != 0 || !(timeout > 0) || !isfinite(timeout)
-        || start <= 0 || (st->ctx.deadline > 0 && st->ctx.deadline < start + timeout)
-        || !(res = sbx_result_new()))
+        || strcmp(reason, "start_deadline") != 0)
+        return NULL;
+    if (!(timeout > 0) || !isfinite(timeout) || start <= 0
+        || (st->ctx.deadline > 0 && st->ctx.deadline < start + timeout)
+        || (st->call_end > 0 && st->call_end < start + timeout)) {
+        /* The call's deadline came before the command's timeout: the
+         * error says so, whichever path refused the command. */
+        if (st->call_end > 0 && (st->ctx.deadline <= 0 || st->call_end <= st->ctx.deadline))
+            sbx_error_set_message(*err, "the supervisor of sandbox %s took the command in "
+                                  "only after the start call's deadline (the client's call "
+                                  "timeout, %g s): it did not start", sandbox->id,
+                                  sandbox->client->call_timeout);
+        else
+            sbx_error_set_message(*err, "the supervisor of sandbox %s took the command in "
+                                  "only after the call's deadline: it did not start",
+                                  sandbox->id);
+        return NULL;
+    }
+    if (!(res = sbx_result_new()))
         return NULL;
     res->exit_code = 124;
     res->timed_out = 1;
@@ -1106,7 +1137,7 @@ exec_run(sbx_sandbox *sandbox, const sbx_exec_request *request, int stdin_fd, in
     }
 out:
     if (!res)
-        res = late_start_result(&st, start, timeout, err);
+        res = late_start_result(&st, sandbox, start, timeout, err);
     exec_state_clear(&st, far);
     return res;
 }

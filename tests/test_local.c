@@ -445,7 +445,7 @@ struct stopped_exec {
     sbx_sandbox *sb;
     const char *cwd;
     const char *script;
-    double timeout;             /* 0: 1 s */
+    double timeout;             /* 0: 1 s; < 0: none */
     sbx_result *result;
     sbx_error *error;
     double took;
@@ -456,7 +456,7 @@ static void *run_stopped_exec(void *arg)
     struct stopped_exec *x = arg;
     double t0 = tu_now();
     sbx_exec_request rq = { .struct_size = sizeof(sbx_exec_request), .shell = x->script,
-                            .cwd = x->cwd, .timeout_secs = x->timeout > 0 ? x->timeout : 1 };
+                            .cwd = x->cwd, .timeout_secs = x->timeout != 0 ? x->timeout : 1 };
     x->result = sbx_sandbox_execute_command(x->sb, &rq, &x->error);
     x->took = tu_now() - t0;
     return NULL;
@@ -566,6 +566,33 @@ static void stopped_supervisor(const char *backend, sbx_plugin_mode mode, const 
     tu_assert_stdout(x.result, "");
     tu_assert_stderr(x.result, "");
     sbx_result_free(x.result);
+    usleep(500000);
+    expect_sh(sb, "test -e \"$TMPDIR/marker\" && echo ran || echo not-run", "not-run\n");
+    cr_assert_eq(count_with_arg(never), 0, "the command ran after all");
+
+    /* No timeout of its own and the client's call timeout 1 s: the start
+     * call's deadline bounds the start, on every path, and the error says
+     * it was that deadline. */
+    cr_assert_eq(sbx_client_set_call_timeout(client, 1.0, NULL), 0);
+    tu_stop_pid(sup);
+    x = (struct stopped_exec){ .sb = sb, .cwd = cwd, .script = never_cmd, .timeout = -1 };
+    cr_assert_eq(pthread_create(&th, NULL, run_stopped_exec, &x), 0);
+    usleep(1500000);
+    cr_assert_eq(kill(sup, SIGCONT), 0);
+    cr_assert_eq(pthread_join(th, NULL), 0);
+    cr_assert_eq(sbx_client_set_call_timeout(client, 0, NULL), 0);
+    cr_assert_null(x.result, "a result (exit %d) of a command read after the call's deadline",
+                   sbx_result_get_exit_code(x.result));
+    cr_assert_lt(x.took, 5.0, "the exec returned %.1f s after its start", x.took);
+    cr_assert_eq(sbx_error_get_code(x.error), SBX_ERROR_TIMEOUT, "%s",
+                 sbx_error_get0_message(x.error));
+    char *want = tu_strdup_printf("the supervisor of sandbox %s took the command in only after "
+                                  "the start call's deadline (the client's call timeout, 1 s): "
+                                  "it did not start", id);
+    cr_assert_str_eq(sbx_error_get0_message(x.error), want);
+    free(want);
+    cr_assert_str_eq(sbx_error_get0_context(x.error, "started"), "no");
+    sbx_error_clear(&x.error);
     usleep(500000);
     expect_sh(sb, "test -e \"$TMPDIR/marker\" && echo ran || echo not-run", "not-run\n");
     cr_assert_eq(count_with_arg(never), 0, "the command ran after all");
