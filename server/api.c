@@ -1048,8 +1048,8 @@ static const struct create_field {
     int kind;
 } create_fields[] = {
     { "backend", CF_BACKEND },  { "preset", CF_STR },       { "cpu", CF_FLOAT_GT0 },
-    { "memory_mb", CF_INT_GT0 }, { "disk_mb", CF_INT_GT0 }, { "timeout_secs", CF_INT_GT0 },
-    { "gpu", CF_STR },          { "image", CF_STR },        { "env_vars", CF_ENV },
+    { "memory_mb", CF_INT_GT0 }, { "disk_mb", CF_INT_GT0 }, { "gpu", CF_STR },
+    { "timeout_secs", CF_INT_GT0 }, { "image", CF_STR },    { "env_vars", CF_ENV },
     { "allow_internet", CF_BOOL }, { "app_name", CF_STR },  { "template", CF_STR },
     { "snapshot_id", CF_STR },  { "workdir", CF_STR },      { "git_repo", CF_STR },
     { "git_ref", CF_STR },

@@ -862,6 +862,13 @@ Test(server, a_body_with_several_errors_gets_them_all)
           "gt\":0.0}},{\"type\":\"int_parsing\",\"loc\":[\"body\",\"disk_mb\"],\"msg\":\"Input sh"
           "ould be a valid integer, unable to parse string as an integer\",\"input\":\""
           "2_0x\"}]}" },
+        /* The reference's model has gpu before timeout_secs. */
+        { "/v1/sandboxes",
+          "{\"timeout_secs\":0,\"gpu\":5,\"backend\":\"local\"}",
+          "{\"detail\":[{\"type\":\"string_type\",\"loc\":[\"body\",\"gpu\"],\"msg\":\"Input s"
+          "hould be a valid string\",\"input\":5},{\"type\":\"greater_than\",\"loc\":[\"body"
+          "\",\"timeout_secs\"],\"msg\":\"Input should be greater than 0\",\"input\":0,\"ctx"
+          "\":{\"gt\":0}}]}" },
         { "X",
           "{\"code\":1,\"command\":2,\"args\":[\"a\",3,4],\"env\":{\"A\":1,\"B\":[]},\"cwd\":5,\"tim"
           "eout_secs\":0}",
