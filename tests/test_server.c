@@ -931,6 +931,14 @@ Test(server, a_body_with_several_errors_gets_them_all)
                               "\"msg\":\"Field required\",\"input\":{\"scopes\":[],"
                               "\"expires_at\":\"2026-01-01T00:00:00\"}}]}");
     cpu_response_free(r);
+    /* Without a field's error, the handler's checks in the reference's
+     * order: the scopes before the expiry's time zone, start's before
+     * end's. */
+    expect_status_detail(422, "POST", "/v1/api-keys", key, NULL,
+                         "{\"name\":\"k\",\"scopes\":[],\"expires_at\":\"2099-01-01T00:00:00\"}",
+                         "at least one API-key scope is required");
+    expect_status_detail(422, "GET", "/v1/costs?start=2026-01-01T00:00:00&end=2026-01-02T00:00:00",
+                         key, NULL, NULL, "start must include a timezone");
     /* The query of /v1/costs: group_by, start, end. */
     r = req_s(422, "GET", "/v1/costs?group_by=week&start=soon&end=2026-01-01T00:00:00", key, NULL,
               NULL);
