@@ -400,11 +400,9 @@ parse_datetime_value(cp_response *res, const char *where, const char *field, jso
             return 0;
         if (rc == -2) {
             /* The handler's check, after the model's: a validation error
-             * of another field already in @res is the answer. */
-            json_object *list;
-            if (!(res->status == 422 && res->body &&
-                  json_object_object_get_ex(res->body, "detail", &list) &&
-                  json_object_is_type(list, json_type_array))) {
+             * of another field already in @res is the answer, and so is
+             * an earlier check of the handler (start's before end's). */
+            if (!(res->status == 422 && res->body)) {
                 char *m = cp_printf("%s must include a timezone", field);
                 cp_reply_detail(res, 422, m);
                 free(m);
@@ -1048,8 +1046,8 @@ static const struct create_field {
     int kind;
 } create_fields[] = {
     { "backend", CF_BACKEND },  { "preset", CF_STR },       { "cpu", CF_FLOAT_GT0 },
-    { "memory_mb", CF_INT_GT0 }, { "disk_mb", CF_INT_GT0 }, { "timeout_secs", CF_INT_GT0 },
-    { "gpu", CF_STR },          { "image", CF_STR },        { "env_vars", CF_ENV },
+    { "memory_mb", CF_INT_GT0 }, { "disk_mb", CF_INT_GT0 }, { "gpu", CF_STR },
+    { "timeout_secs", CF_INT_GT0 }, { "image", CF_STR },    { "env_vars", CF_ENV },
     { "allow_internet", CF_BOOL }, { "app_name", CF_STR },  { "template", CF_STR },
     { "snapshot_id", CF_STR },  { "workdir", CF_STR },      { "git_repo", CF_STR },
     { "git_ref", CF_STR },

@@ -155,6 +155,18 @@ cp_authenticate(cx *x, cp_request *req, cp_response *res)
     return rc;
 }
 
+/* Whether @res holds a 422 whose detail is a list: a field's validation
+ * error, which comes before any check of the handler's own. */
+static int
+validation_list(const cp_response *res)
+{
+    json_object *list;
+
+    return res->status == 422 && res->body &&
+           json_object_object_get_ex(res->body, "detail", &list) &&
+           json_object_is_type(list, json_type_array);
+}
+
 /* {"name": 1..200 characters} → the name, or a 422 in @res. Characters
  * are Unicode code points, as pydantic counts a str (the body is valid
  * UTF-8 by now), and a refusal carries pydantic's ctx: {"max_length": 200}
@@ -395,12 +407,15 @@ h_keys_create(cx *x, cp_request *req, cp_response *res)
             exp_p = expires;
         }
     }
-    if (bad)
-        goto out;
-    if (empty) {
+    /* The handler's checks in the reference's order: the scopes, then the
+     * expiry's time zone (whose answer parse_datetime_value() gave when
+     * no field failed: a detail string, not a list). */
+    if (empty && !(bad && validation_list(res))) {
         cp_reply_detail(res, 422, "at least one API-key scope is required");
         goto out;
     }
+    if (bad)
+        goto out;
     qsort(list, n, sizeof list[0], cmp_str);
     scopes = json_object_new_array();
     for (size_t i = 0; i < n; i++)

@@ -862,6 +862,13 @@ Test(server, a_body_with_several_errors_gets_them_all)
           "gt\":0.0}},{\"type\":\"int_parsing\",\"loc\":[\"body\",\"disk_mb\"],\"msg\":\"Input sh"
           "ould be a valid integer, unable to parse string as an integer\",\"input\":\""
           "2_0x\"}]}" },
+        /* The reference's model has gpu before timeout_secs. */
+        { "/v1/sandboxes",
+          "{\"timeout_secs\":0,\"gpu\":5,\"backend\":\"local\"}",
+          "{\"detail\":[{\"type\":\"string_type\",\"loc\":[\"body\",\"gpu\"],\"msg\":\"Input s"
+          "hould be a valid string\",\"input\":5},{\"type\":\"greater_than\",\"loc\":[\"body"
+          "\",\"timeout_secs\"],\"msg\":\"Input should be greater than 0\",\"input\":0,\"ctx"
+          "\":{\"gt\":0}}]}" },
         { "X",
           "{\"code\":1,\"command\":2,\"args\":[\"a\",3,4],\"env\":{\"A\":1,\"B\":[]},\"cwd\":5,\"tim"
           "eout_secs\":0}",
@@ -924,6 +931,14 @@ Test(server, a_body_with_several_errors_gets_them_all)
                               "\"msg\":\"Field required\",\"input\":{\"scopes\":[],"
                               "\"expires_at\":\"2026-01-01T00:00:00\"}}]}");
     cpu_response_free(r);
+    /* Without a field's error, the handler's checks in the reference's
+     * order: the scopes before the expiry's time zone, start's before
+     * end's. */
+    expect_status_detail(422, "POST", "/v1/api-keys", key, NULL,
+                         "{\"name\":\"k\",\"scopes\":[],\"expires_at\":\"2099-01-01T00:00:00\"}",
+                         "at least one API-key scope is required");
+    expect_status_detail(422, "GET", "/v1/costs?start=2026-01-01T00:00:00&end=2026-01-02T00:00:00",
+                         key, NULL, NULL, "start must include a timezone");
     /* The query of /v1/costs: group_by, start, end. */
     r = req_s(422, "GET", "/v1/costs?group_by=week&start=soon&end=2026-01-01T00:00:00", key, NULL,
               NULL);
