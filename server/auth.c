@@ -155,6 +155,56 @@ cp_authenticate(cx *x, cp_request *req, cp_response *res)
     return rc;
 }
 
+/* The length of the Python whitespace character (str.isspace()) that
+ * starts the UTF-8 at @p (@n bytes left), else 0. */
+static size_t
+py_space_at(const unsigned char *p, size_t n)
+{
+    if (n >= 1 && ((p[0] >= 0x09 && p[0] <= 0x0d) || (p[0] >= 0x1c && p[0] <= 0x20)))
+        return 1;
+    if (n >= 2 && p[0] == 0xc2 && (p[1] == 0x85 || p[1] == 0xa0))
+        return 2;                                       /* U+0085, U+00A0 */
+    if (n >= 3 && p[0] == 0xe1 && p[1] == 0x9a && p[2] == 0x80)
+        return 3;                                       /* U+1680 */
+    if (n >= 3 && p[0] == 0xe2 && p[1] == 0x80 &&
+        (p[2] <= 0x8a || p[2] == 0xa8 || p[2] == 0xa9 || p[2] == 0xaf))
+        return 3;                                       /* U+2000..200A, 2028, 2029, 202F */
+    if (n >= 3 && p[0] == 0xe2 && p[1] == 0x81 && p[2] == 0x9f)
+        return 3;                                       /* U+205F */
+    if (n >= 3 && p[0] == 0xe3 && p[1] == 0x80 && p[2] == 0x80)
+        return 3;                                       /* U+3000 */
+    return 0;
+}
+
+/* @s (UTF-8) without the whitespace Python's str.strip() removes from both
+ * ends: a new string (empty when @s is only whitespace); aborts on out of
+ * memory. */
+static char *
+py_strip(const char *s)
+{
+    const unsigned char *b = (const unsigned char *)s, *e = b + strlen(s);
+    size_t k;
+
+    while ((k = py_space_at(b, (size_t)(e - b))) > 0)
+        b += k;
+    for (;;) {
+        /* The last character's start: back over continuation bytes. */
+        const unsigned char *c = e;
+        if (c == b)
+            break;
+        do
+            c--;
+        while (c > b && (*c & 0xc0) == 0x80);
+        if (py_space_at(c, (size_t)(e - c)) != (size_t)(e - c))
+            break;
+        e = c;
+    }
+    char *out = strndup((const char *)b, (size_t)(e - b));
+    if (!out)
+        abort();
+    return out;
+}
+
 /* Whether @res holds a 422 whose detail is a list: a field's validation
  * error, which comes before any check of the handler's own. */
 static int
@@ -355,6 +405,7 @@ h_keys_create(cx *x, cp_request *req, cp_response *res)
     const char *exp_p = NULL;
     char *key_id, *scopes_json;
     int bad = 0, empty = 0;
+    char *stripped = NULL;
 
     if (!cp_require_scope(req, res, "keys:write"))
         return;
@@ -407,9 +458,18 @@ h_keys_create(cx *x, cp_request *req, cp_response *res)
             exp_p = expires;
         }
     }
-    /* The handler's checks in the reference's order: the scopes, then the
-     * expiry's time zone (whose answer parse_datetime_value() gave when
-     * no field failed: a detail string, not a list). */
+    /* The handler's checks in the reference's order: the name, stripped
+     * as Python strips it (and stored so), the scopes, then the expiry's
+     * time zone (whose answer parse_datetime_value() gave when no field
+     * failed: a detail string, not a list). */
+    if (name && !(bad && validation_list(res))) {
+        stripped = py_strip(name);
+        if (!*stripped) {
+            cp_reply_detail(res, 422, "API-key name must not be empty");
+            goto out;
+        }
+        name = stripped;
+    }
     if (empty && !(bad && validation_list(res))) {
         cp_reply_detail(res, 422, "at least one API-key scope is required");
         goto out;
@@ -444,6 +504,7 @@ h_keys_create(cx *x, cp_request *req, cp_response *res)
     free(scopes_json);
     free(key_id);
 out:
+    free(stripped);
     json_object_put(body);
 }
 

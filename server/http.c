@@ -78,17 +78,23 @@ static const char *const security_headers[][2] = {
     { "Strict-Transport-Security", "max-age=63072000; includeSubDomains" },
 };
 
+/* The value of @name of @kind ('h' a header, its first; 'a' a query
+ * argument, its last, as Starlette reads a repeated one), or NULL. */
 static const char *
 lookup(const cp_request *req, char kind, const char *name)
 {
     const req_ctx *ctx = req->owner;
+    const char *found = NULL;
 
     for (size_t i = 0; i < ctx->n; i++)
         if (ctx->values[i].kind == kind &&
             (kind == 'h' ? !strcasecmp(ctx->values[i].name, name)
-                         : !strcmp(ctx->values[i].name, name)))
-            return ctx->values[i].value;
-    return NULL;
+                         : !strcmp(ctx->values[i].name, name))) {
+            found = ctx->values[i].value;
+            if (kind == 'h')
+                break;
+        }
+    return found;
 }
 
 const char *

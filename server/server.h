@@ -90,7 +90,8 @@ typedef struct cp_response {
 
 /* http.c: the header @name of the request (NULL when absent); borrowed. */
 const char *cp_header(const cp_request *req, const char *name);
-/* http.c: the query argument @name; borrowed. */
+/* http.c: the query argument @name (its last value when repeated, as
+ * Starlette reads it); borrowed. */
 const char *cp_query(const cp_request *req, const char *name);
 
 /* Response helpers (api.c). */

@@ -961,6 +961,46 @@ Test(server, a_body_with_several_errors_gets_them_all)
     terminate(key, id);
 }
 
+/* An API key's name is stripped as Python's str.strip() strips (Unicode
+ * whitespace too), stored so, and refused when nothing is left, before the
+ * scopes' and the expiry's checks (the reference's issue_api_key()); a
+ * query argument given twice is its last value, as Starlette reads it. */
+Test(server, api_key_names_are_stripped_and_queries_take_the_last_value)
+{
+    cpu_response *r = req_s(201, "POST", "/v1/api-keys", key, NULL,
+                            "{\"name\":\" \\t k 1\\u3000\\n\",\"scopes\":[\"usage:read\"]}");
+    cr_assert_str_eq(cpu_jstr(r, "name"), "k 1");
+    char *id = strdup(cpu_jstr(r, "id"));
+    cpu_response_free(r);
+    r = req_s(200, "GET", "/v1/api-keys", key, NULL, NULL);
+    int seen = 0;
+    for (size_t i = 0; i < json_object_array_length(r->json); i++) {
+        json_object *k = json_object_array_get_idx(r->json, i), *v;
+        if (json_object_object_get_ex(k, "id", &v) && !strcmp(json_object_get_string(v), id)) {
+            cr_assert_str_eq(tu_json_str(k, "name"), "k 1");
+            seen = 1;
+        }
+    }
+    cr_assert(seen, "the key is not listed");
+    cpu_response_free(r);
+    free(id);
+    expect_status_detail(422, "POST", "/v1/api-keys", key, NULL,
+                         "{\"name\":\" \\u00a0\\u2028\\u3000\\u0085\\u001c \"}",
+                         "API-key name must not be empty");
+    expect_status_detail(422, "POST", "/v1/api-keys", key, NULL,
+                         "{\"name\":\"  \",\"scopes\":[],\"expires_at\":\"2099-01-01T00:00:00\"}",
+                         "API-key name must not be empty");
+    /* Not whitespace to Python: kept. */
+    r = req_s(201, "POST", "/v1/api-keys", key, NULL, "{\"name\":\"\\u200b\"}");
+    cr_assert_str_eq(cpu_jstr(r, "name"), "\xe2\x80\x8b");
+    cpu_response_free(r);
+    r = req_s(200, "GET", "/v1/costs?group_by=week&group_by=day", key, NULL, NULL);
+    cr_assert_str_eq(cpu_jstr(r, "group_by"), "day");
+    cpu_response_free(r);
+    expect_status_detail(422, "GET", "/v1/costs?start=2026-01-01T00:00:00Z&start=2026-01-01", key,
+                         NULL, NULL, "start must include a timezone");
+}
+
 /* A datetime field takes Unix time as pydantic v2 does: a number or a
  * numeric string, seconds when within ±2e10, else milliseconds; what it
  * refuses is its exact 422 item: a number out of range datetime_parsing, a
