@@ -635,6 +635,7 @@ static int e2b_on_frame(void *ud, unsigned flags, const char *p, size_t n)
             pthread_mutex_lock(&s->p->plock);
             s->p->pid = v;
             int sig = s->p->pending_sig;
+            s->p->pending_sig = 0;      /* sent once: a re-attached stream names it again */
             pthread_cond_broadcast(&s->p->pcond);
             pthread_mutex_unlock(&s->p->plock);
             if (sig) {
