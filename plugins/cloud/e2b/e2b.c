@@ -46,9 +46,8 @@
  *    the rest of its tree (background and setsid'd descendants) is found by
  *    the variable SBX_EXEC_ID=<random> every command carries in its
  *    environment, and signalled by a short command in the sandbox. A
- *    signal asked for before the start event named the process goes to
- *    its tree by the mark at once, and to the process by its pid when the
- *    start event comes.
+ *    signal asked for before the start event named the process is sent to
+ *    it by its pid when the start event comes.
  *    Every process stream asks envd for a keepalive message after each
  *    Keepalive-Ping-Interval seconds of quiet: the client option
  *    "keepalive_s" (a number > 0, at most 86400, rounded up to whole
@@ -1083,15 +1082,17 @@ static int e2b_exec_kill(sbx_plugin_process *process, const sbx_call_ctx *ctx, i
     pthread_mutex_lock(&p->plock);
     int64_t pid = p->pid;
     int over = p->over;
-    /* Not named yet (its start event still on its way): the signal goes
-     * to it by its pid once named, and now to whatever of its tree runs,
-     * by its mark, below. */
+    /* Not named yet (its start event still on its way, or envd has not
+     * answered the Start): the signal goes to it by its pid once the start
+     * event names it. Nothing else is asked of envd meanwhile: an envd
+     * that does not answer the Start would not answer a command of ours
+     * either, and a process it started has no tree yet. */
     if (!over && pid <= 0 && (p->pending_sig == 0 || sig == SIGKILL))
         p->pending_sig = sig;
     pthread_mutex_unlock(&p->plock);
-    if (over)
+    if (over || pid <= 0)
         return 0;
-    if (pid > 0 && e2b_signal_pid(p, ctx, pid, sig) < 0) {
+    if (e2b_signal_pid(p, ctx, pid, sig) < 0) {
         cl_fail_from(error, cl_last(), "exec_kill");
         return -1;
     }
