@@ -87,12 +87,23 @@ def iso(t):
     return time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(t))
 
 
+_ports_lock = threading.Lock()
+_ports_given = set()
+
+
 def free_port():
-    s = socket.socket()
-    s.bind(("127.0.0.1", 0))
-    port = s.getsockname()[1]
-    s.close()
-    return port
+    """A free port of 127.0.0.1 no pod of this fake was given before: two
+    pods made at once never share one (a port is free again once the probe
+    closes it, so the kernel may name it twice)."""
+    with _ports_lock:
+        while True:
+            s = socket.socket()
+            s.bind(("127.0.0.1", 0))
+            port = s.getsockname()[1]
+            s.close()
+            if port not in _ports_given:
+                _ports_given.add(port)
+                return port
 
 
 class Pod:
@@ -158,7 +169,10 @@ class Pod:
             os.chmod(d + "/passwd", 0o644)
             self.box.ro_binds.append((d + "/passwd", "/etc/passwd"))
         self.port = free_port()
-        with open(d + "/sshd_config", "w") as f:
+        self.write_sshd_config()
+
+    def write_sshd_config(self):
+        with open(self.box.root + "/run/rp-ssh/sshd_config", "w") as f:
             f.write("\n".join([
                 "Port %d" % self.port, "ListenAddress 127.0.0.1",
                 "HostKey /run/rp-ssh/host_key", "PidFile none",
@@ -168,22 +182,41 @@ class Pod:
                 "UseDNS no", "MaxSessions 64", "MaxStartups 64:30:128",
                 "Subsystem sftp /usr/lib/openssh/sftp-server", ""]))
 
-    def start_sshd(self):
-        log = open(self.box.root + "/run/rp-ssh/sshd.log", "a")
-        try:
-            self.sshd = self.box.popen([SSHD, "-D", "-e", "-f", "/run/rp-ssh/sshd_config"],
-                                       stdout=subprocess.DEVNULL, stderr=log)
-        finally:
-            log.close()
-        for _ in range(200):
-            if self.sshd.poll() is not None:
-                raise OSError("sshd exited %d" % self.sshd.returncode)
+    def start_sshd(self, new_port=False):
+        """Starts the pod's SSH server and waits until it says it listens
+        (its own log line, not a connect, which another process's listener
+        could answer). With @new_port, a server that could not bind (the
+        port taken meanwhile by another process) is started again on
+        another port, up to five times."""
+        path = self.box.root + "/run/rp-ssh/sshd.log"
+        for attempt in range(5):
+            log = open(path, "a")
             try:
-                socket.create_connection(("127.0.0.1", self.port), 0.2).close()
-                return
-            except OSError:
-                time.sleep(0.02)
-        raise OSError("sshd did not listen on %d" % self.port)
+                start = log.tell()
+                self.sshd = self.box.popen([SSHD, "-D", "-e", "-f", "/run/rp-ssh/sshd_config"],
+                                           stdout=subprocess.DEVNULL, stderr=log)
+            finally:
+                log.close()
+            want = "Server listening on 127.0.0.1 port %d." % self.port
+            for _ in range(500):
+                with open(path) as f:
+                    f.seek(start)
+                    said = f.read()
+                if want in said and self.sshd.poll() is None:
+                    return
+                if self.sshd.poll() is not None:
+                    break
+                time.sleep(0.01)
+            else:
+                raise OSError("sshd did not listen on %d" % self.port)
+            code = self.sshd.returncode
+            self.box.forget(self.sshd)
+            self.sshd = None
+            if not new_port or "Address already in use" not in said:
+                raise OSError("sshd exited %d: %s" % (code, said.strip()[-300:]))
+            self.port = free_port()
+            self.write_sshd_config()
+        raise OSError("sshd found no free port")
 
     def stop_sshd(self):
         """Ends the SSH server and every session it runs (their processes
@@ -202,7 +235,7 @@ class Pod:
         try:
             self.prepare(fake)
             self.box.start()
-            self.start_sshd()
+            self.start_sshd(new_port=True)
             delay = float(fake.config.get("ready_delay", 0))
             self.status = "STARTING"
             if delay > 0:
