@@ -256,6 +256,15 @@ reply_internal(cp_response *res)
     cp_reply_detail(res, 500, "Internal control-plane error.");
 }
 
+int
+reply_has_validation_list(const cp_response *res)
+{
+    json_object *list;
+
+    return res->status == 422 && res->body && json_object_object_get_ex(res->body, "detail", &list) &&
+           json_object_is_type(list, json_type_array);
+}
+
 void
 reply_validation_at(cp_response *res, const char *type, json_object *loc, const char *msg,
                     json_object *input, json_object *ctx)
@@ -277,9 +286,7 @@ reply_validation_at(cp_response *res, const char *type, json_object *loc, const 
     /* A body's every error is one item of the list, in the order found
      * (pydantic's: the model's fields in order, a list's or a dict's
      * items in order). */
-    if (res->status == 422 && res->body &&
-        json_object_object_get_ex(res->body, "detail", &list) &&
-        json_object_is_type(list, json_type_array)) {
+    if (reply_has_validation_list(res) && json_object_object_get_ex(res->body, "detail", &list)) {
         json_object_array_add(list, item);
         return;
     }

@@ -59,6 +59,11 @@ void reply_validation(cp_response *res, const char *type, const char *where,
  * (taken). */
 void reply_validation_at(cp_response *res, const char *type, json_object *loc,
                          const char *msg, json_object *input, json_object *ctx);
+/* Whether @res already holds a 422 whose "detail" is a validation list
+ * (a field's refusal, to which the reply_validation functions append the
+ * next one): a handler's own check, which pydantic would reach only with
+ * every field valid, is then not answered. Reads @res only. */
+int reply_has_validation_list(const cp_response *res);
 
 /* reply_validation() with "ctx": @ctx (taken; NULL: none). */
 void reply_validation_ctx(cp_response *res, const char *type, const char *where,

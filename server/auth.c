@@ -205,18 +205,6 @@ py_strip(const char *s)
     return out;
 }
 
-/* Whether @res holds a 422 whose detail is a list: a field's validation
- * error, which comes before any check of the handler's own. */
-static int
-validation_list(const cp_response *res)
-{
-    json_object *list;
-
-    return res->status == 422 && res->body &&
-           json_object_object_get_ex(res->body, "detail", &list) &&
-           json_object_is_type(list, json_type_array);
-}
-
 /* {"name": 1..200 characters} → the name, or a 422 in @res. Characters
  * are Unicode code points, as pydantic counts a str (the body is valid
  * UTF-8 by now), and a refusal carries pydantic's ctx: {"max_length": 200}
@@ -462,7 +450,7 @@ h_keys_create(cx *x, cp_request *req, cp_response *res)
      * as Python strips it (and stored so), the scopes, then the expiry's
      * time zone (whose answer parse_datetime_value() gave when no field
      * failed: a detail string, not a list). */
-    if (name && !(bad && validation_list(res))) {
+    if (name && !(bad && reply_has_validation_list(res))) {
         stripped = py_strip(name);
         if (!*stripped) {
             cp_reply_detail(res, 422, "API-key name must not be empty");
@@ -470,7 +458,7 @@ h_keys_create(cx *x, cp_request *req, cp_response *res)
         }
         name = stripped;
     }
-    if (empty && !(bad && validation_list(res))) {
+    if (empty && !(bad && reply_has_validation_list(res))) {
         cp_reply_detail(res, 422, "at least one API-key scope is required");
         goto out;
     }
