@@ -410,11 +410,11 @@ static char *rp_log_line(const char *path)
     return last[0] ? strdup(last) : NULL;
 }
 
-/* The transport's error of an ssh process of @s whose log is @log. */
-static sbx_error *rp_transport_error(rp_ssh *s, sbx_error **error, const char *log,
-                                     const char *how, const char *op)
+/* The transport's error of an ssh process of @s whose log's last line
+ * (rp_log_line()) is @line (taken; NULL when the log said nothing). */
+static sbx_error *rp_transport_error_line(rp_ssh *s, sbx_error **error, char *line,
+                                          const char *how, const char *op)
 {
-    char *line = rp_log_line(log);
     const char *l = line ? line : "";
     sbx_error_code code = SBX_ERROR_CONNECTION;
     const char *reason = "ssh_failed";
@@ -444,6 +444,13 @@ static sbx_error *rp_transport_error(rp_ssh *s, sbx_error **error, const char *l
     cl_context(e, "port", port);
     free(line);
     return e;
+}
+
+/* The transport's error of an ssh process of @s whose log is @log. */
+static sbx_error *rp_transport_error(rp_ssh *s, sbx_error **error, const char *log,
+                                     const char *how, const char *op)
+{
+    return rp_transport_error_line(s, error, rp_log_line(log), how, op);
 }
 
 /* 1 when @pid (a child) is stopped or traced (state T or t). */
@@ -619,7 +626,6 @@ spawn:
             else
                 snprintf(how, sizeof how, "could not connect (ssh exit status %d)",
                          WIFEXITED(st) ? WEXITSTATUS(st) : -1);
-            free(line);
             /* An ssh that ended saying nothing (no line in its log: no
              * refusal, no authentication failure, no timeout) is started
              * once more: a connection's start is safe to repeat. */
@@ -628,7 +634,7 @@ spawn:
                        "starting it again", s->host, s->port, how + strlen("could not connect "));
                 goto spawn;
             }
-            rp_transport_error(s, error, log, how, op);
+            rp_transport_error_line(s, error, line, how, op);
             break;
         }
         if (rp_sock_answers(s->sock)) {
