@@ -226,12 +226,14 @@ struct sbx_plugin_sandbox {
     int auto_stop_min;      /* the sandbox's autoStopInterval, -1 unknown */
     /* The activity renewal (dt_activity_begin): while running > 0, POST
      * /sandbox/{id}/last-activity each refresh_every seconds on thread. */
-    pthread_cond_t cond;    /* signalled when running or quit change */
+    pthread_cond_t cond;    /* signalled when running becomes > 0 while the
+                             * thread waits untimed, and when quit is set */
     int running;            /* commands of this handle running */
     int quit;               /* the handle is being freed */
     double refresh_every;   /* seconds; 0 never; -1 not yet worked out */
     double next_refresh;    /* CLOCK_MONOTONIC seconds */
     int thread_started;
+    int idle_wait;          /* the thread waits for running > 0, untimed */
     pthread_t thread;
     int cancel[2];          /* a pipe: written at free, cancels a renewal */
 };
@@ -582,7 +584,9 @@ static void *dt_activity_main(void *ud)
     while (!sb->quit) {
         double now = cl_now();
         if (!sb->running) {
+            sb->idle_wait = 1;
             pthread_cond_wait(&sb->cond, &sb->lock);
+            sb->idle_wait = 0;
             continue;
         }
         if (now < sb->next_refresh) {
@@ -612,7 +616,10 @@ static void *dt_activity_main(void *ud)
 /* A command of @sb's starts: the renewal runs from now on (its first POST
  * dt_refresh_every() seconds from now: the command's first request is
  * activity too). The thread is started at the first command; when it
- * cannot be, a warning, and no renewal. */
+ * cannot be, a warning, and no renewal. The thread is woken only when it
+ * waits untimed (no command ran at its last look): one in a timed wait
+ * finds the later next_refresh when it wakes, so commands back to back
+ * wake it never. */
 static void dt_activity_begin(struct sbx_plugin_sandbox *sb)
 {
     pthread_mutex_lock(&sb->lock);
@@ -638,17 +645,20 @@ static void dt_activity_begin(struct sbx_plugin_sandbox *sb)
                 sb->running = 0;
             }
         }
-        pthread_cond_broadcast(&sb->cond);
+        if (sb->idle_wait)
+            pthread_cond_broadcast(&sb->cond);
     }
     pthread_mutex_unlock(&sb->lock);
 }
 
-/* A command of @sb's has ended (each dt_activity_begin has one). */
+/* A command of @sb's has ended (each dt_activity_begin has one). The
+ * thread is not woken: at its next_refresh it finds no command running and
+ * makes no renewal. */
 static void dt_activity_end(struct sbx_plugin_sandbox *sb)
 {
     pthread_mutex_lock(&sb->lock);
-    if (sb->refresh_every > 0 && sb->running > 0 && --sb->running == 0)
-        pthread_cond_broadcast(&sb->cond);
+    if (sb->refresh_every > 0 && sb->running > 0)
+        sb->running--;
     pthread_mutex_unlock(&sb->lock);
 }
 
