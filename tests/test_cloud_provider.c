@@ -872,6 +872,91 @@ Test(provider, multipart_body_holds_fields_and_file_exactly)
     cl_buf_clear(&b);
 }
 
+/* A form's frame: the text fields in order, the file field's headers; the
+ * closing boundary and the Content-Type name the same random boundary. */
+Test(provider, form_frame_names_one_boundary)
+{
+    const char *const fields[] = { "permissions", "0755", "mode", "x", NULL };
+    cl_form f = { 0 };
+    cr_assert_eq(cl_form_begin(&f, fields, "file", "upload"), 0);
+    cr_assert_eq(strncmp(f.ctype, "multipart/form-data; boundary=sbx-form-", 39), 0, "%s",
+                 f.ctype);
+    const char *bnd = f.ctype + 30;
+    cr_assert_eq(strlen(bnd), 33);
+    char want[512];
+    snprintf(want, sizeof want,
+             "--%s\r\nContent-Disposition: form-data; name=\"permissions\"\r\n\r\n0755\r\n"
+             "--%s\r\nContent-Disposition: form-data; name=\"mode\"\r\n\r\nx\r\n"
+             "--%s\r\nContent-Disposition: form-data; name=\"file\"; filename=\"upload\""
+             "\r\nContent-Type: application/octet-stream\r\n\r\n", bnd, bnd, bnd);
+    cr_assert_str_eq(f.head.data, want);
+    cr_assert_eq(f.head.len, strlen(want));
+    snprintf(want, sizeof want, "\r\n--%s--\r\n", bnd);
+    cr_assert_str_eq(f.tail, want);
+    cr_assert_eq(f.tail_len, 41);
+    cl_form_clear(&f);
+    cr_assert_null(f.head.data);
+    cr_assert_eq(f.tail_len, 0);
+    /* No fields: the file field alone. */
+    cr_assert_eq(cl_form_begin(&f, NULL, "file", "file"), 0);
+    bnd = f.ctype + 30;
+    snprintf(want, sizeof want,
+             "--%s\r\nContent-Disposition: form-data; name=\"file\"; filename=\"file\""
+             "\r\nContent-Type: application/octet-stream\r\n\r\n", bnd);
+    cr_assert_str_eq(f.head.data, want);
+    cl_form_clear(&f);
+}
+
+/* Reads a cl_fd_body to its end in reads of at most @cap bytes. */
+static ssize_t fd_body_all(cl_fd_body *m, char *out, size_t max, size_t cap)
+{
+    size_t n = 0;
+    for (;;) {
+        ssize_t k = cl_fd_body_read(m, out + n, cap < max - n ? cap : max - n);
+        if (k <= 0)
+            return k < 0 ? -1 : (ssize_t)n;
+        n += (size_t)k;
+    }
+}
+
+/* A body streamed from a descriptor: head, the bytes, tail, in any size of
+ * read; spooled, it is read again from its start, the bytes from the
+ * spool; unspooled, it cannot be. */
+Test(provider, fd_body_streams_and_rewinds_from_its_spool)
+{
+    int fds[2];
+    cr_assert_eq(pipe(fds), 0);
+    static const char data[] = "one\0two\r\nthree";
+    cr_assert_eq(write(fds[1], data, sizeof data - 1), (ssize_t)(sizeof data - 1));
+    close(fds[1]);
+    static const char want[] = "HEAD:one\0two\r\nthree:TAIL";
+    cl_fd_body m;
+    cl_fd_body_init(&m, "HEAD:", 5, ":TAIL", 5, fds[0], 1, "stdin", "exec");
+    cr_assert_not_null(m.spool);
+    char out[64];
+    cr_assert_eq(fd_body_all(&m, out, sizeof out, 3), (ssize_t)(sizeof want - 1));
+    cr_assert_eq(memcmp(out, want, sizeof want - 1), 0);
+    cr_assert_eq(cl_fd_body_rewind(&m), 0);
+    memset(out, 0, sizeof out);
+    cr_assert_eq(fd_body_all(&m, out, sizeof out, 64), (ssize_t)(sizeof want - 1));
+    cr_assert_eq(memcmp(out, want, sizeof want - 1), 0);
+    cl_fd_body_clear(&m);
+    cr_assert_null(m.spool);
+    cr_assert_eq(cl_fd_body_rewind(&m), -1);
+    close(fds[0]);
+    /* Unspooled: read once; no rewind. */
+    cr_assert_eq(pipe(fds), 0);
+    cr_assert_eq(write(fds[1], "ab", 2), 2);
+    close(fds[1]);
+    cl_fd_body_init(&m, "<", 1, ">", 1, fds[0], 0, "the file", "write_file");
+    cr_assert_null(m.spool);
+    cr_assert_eq(fd_body_all(&m, out, sizeof out, 1), 4);
+    cr_assert_eq(memcmp(out, "<ab>", 4), 0);
+    cr_assert_eq(cl_fd_body_rewind(&m), -1);
+    cl_fd_body_clear(&m);
+    close(fds[0]);
+}
+
 /* A plugin's sandbox struct around its head: zeroed, the id copied; the
  * string members of a constructor copied (NULL stays NULL). */
 typedef struct wide_sandbox {

@@ -72,6 +72,8 @@
 
 #include "cloud.h"
 
+#include <stdio.h>
+
 /* ------------------------------------------------------------------------ */
 /* The gone flag                                                             */
 /* ------------------------------------------------------------------------ */
@@ -1934,8 +1936,92 @@ int cl_item_delete(cl_http *h, const sbx_call_ctx *ctx, const char *api, const c
                    const char *id, const char *op, const char *what, sbx_error **error);
 
 /* ------------------------------------------------------------------------ */
-/* A multipart/form-data body (runloop's upload_file)                        */
+/* multipart/form-data bodies (runloop's, blaxel's and daytona's uploads),   */
+/* and a body streamed from a descriptor                                     */
 /* ------------------------------------------------------------------------ */
+
+/**
+ * The frame of a multipart/form-data body (RFC 7578) around one file's
+ * bytes: what goes before them (@head: the text fields, then the file
+ * field's headers), what goes after them (@tail: the closing boundary)
+ * and the Content-Type header's value (@ctype: "multipart/form-data;
+ * boundary=..."). The boundary is "sbx-form-" and 24 random hex digits.
+ * Made by cl_form_begin(), freed by cl_form_clear(). One per body; not
+ * thread-safe.
+ */
+typedef struct cl_form {
+    cl_buf head;        /* NUL-terminated; head.len bytes */
+    char tail[48];      /* NUL-terminated; tail_len bytes */
+    size_t tail_len;
+    char ctype[80];     /* NUL-terminated */
+} cl_form;
+
+/**
+ * Makes @f (its previous content not read: the caller starts from a
+ * zeroed or cleared one) for the text fields @fields ("name", "value",
+ * ... pairs, NULL-terminated; NULL for none), in their order, then the
+ * file field @file_field with filename @filename and type
+ * application/octet-stream. 0, or -1 on no memory (@f then cleared; no
+ * error stored: the caller names the call). Thread-safe.
+ */
+int cl_form_begin(cl_form *f, const char *const *fields, const char *file_field,
+                  const char *filename);
+
+/** Frees what cl_form_begin() made in @f (it can be made again). */
+void cl_form_clear(cl_form *f);
+
+/**
+ * A request body streamed from a descriptor between a fixed head and tail
+ * (a cl_form's frame around a file's bytes): its cl_source_fn is
+ * cl_fd_body_read(), its source_len -1 (chunked). With a spool (an unlinked
+ * host file, tmpfile(3)), every byte read from the descriptor is also kept
+ * there, so that the body can be sent again from its start
+ * (cl_fd_body_rewind()) after the provider answered before it read the
+ * body. Made by cl_fd_body_init(), freed by cl_fd_body_clear(). One
+ * request at a time; not thread-safe.
+ */
+typedef struct cl_fd_body {
+    const char *head, *tail;    /* borrowed: they outlive the body */
+    size_t head_len, tail_len, head_off, tail_off;
+    int fd;                     /* borrowed; read to its end */
+    int at_eof;
+    FILE *spool;                /* the unlinked host file, or NULL */
+    int spool_ok;               /* the spool holds every byte read so far */
+    int replaying;              /* reading the spool back before @fd */
+    const char *what;           /* what the bytes are ("stdin"), for the
+                                 * warnings and errors */
+    const char *op;             /* the call's op, for the errors */
+} cl_fd_body;
+
+/**
+ * Makes @m: @head (@head_len bytes), then what @fd holds to its end, then
+ * @tail (@tail_len bytes); with @spool non-zero a spool file is made, and
+ * when it cannot be, a warning is logged ("cannot make a spool file for
+ * @what (...): it cannot be sent again") and the body has none. @what and
+ * @op are borrowed (string constants). Thread-safe.
+ */
+void cl_fd_body_init(cl_fd_body *m, const char *head, size_t head_len, const char *tail,
+                     size_t tail_len, int fd, int spool, const char *what, const char *op);
+
+/**
+ * The cl_source_fn of a cl_fd_body @ud: the next bytes of the body, 0 at
+ * its end, -1 when @fd cannot be read (cl_fd_source()'s error) or the
+ * spool cannot be read back (execution_failed "cannot read back the
+ * spooled @what: ...", op @op, as the thread's last error). A spool that
+ * cannot be written is given up with a warning ("cannot spool @what
+ * (...): it cannot be sent again"): the body goes on without it.
+ */
+ssize_t cl_fd_body_read(void *ud, char *buf, size_t cap);
+
+/**
+ * Puts the cl_fd_body @ud back at its start, the bytes read so far to come
+ * from its spool: 0, or -1 when it has no whole spool (none was made, or
+ * writing it failed), nothing changed.
+ */
+int cl_fd_body_rewind(void *ud);
+
+/** Closes @m's spool (the descriptor is the caller's). */
+void cl_fd_body_clear(cl_fd_body *m);
 
 /**
  * Builds in @out (appended to; the caller clears it) a multipart/form-data

@@ -731,21 +731,20 @@ static ssize_t bl_read_chunk(int fd, cl_buf *b, size_t cap)
 static int bl_form(cl_buf *out, char *ctype, size_t ctype_cap, const char *data, size_t n,
                    uint32_t mode)
 {
-    char bnd[40];
-    memcpy(bnd, "sbx-", 4);
-    cl_random_hex(bnd + 4, 16);
-    snprintf(ctype, ctype_cap, "multipart/form-data; boundary=%s", bnd);
+    char perm[8];
+    snprintf(perm, sizeof perm, "%04o", (unsigned)(mode & 07777));
+    const char *const fields[] = { "permissions", perm, NULL };
+    cl_form f = { 0 };
     out->len = 0;
-    int rc = 0;
-    if (mode)
-        rc |= cl_buf_printf(out, "--%s\r\nContent-Disposition: form-data; name=\"permissions\""
-                            "\r\n\r\n%04o\r\n", bnd, (unsigned)(mode & 07777));
-    rc |= cl_buf_printf(out, "--%s\r\nContent-Disposition: form-data; name=\"file\"; "
-                        "filename=\"file\"\r\nContent-Type: application/octet-stream\r\n\r\n",
-                        bnd);
-    rc |= cl_buf_append(out, data, n);
-    rc |= cl_buf_printf(out, "\r\n--%s--\r\n", bnd);
-    return rc ? -1 : 0;
+    int rc = cl_form_begin(&f, mode ? fields : NULL, "file", "file") < 0
+                     || cl_buf_append(out, f.head.data, f.head.len) < 0
+                     || cl_buf_append(out, data, n) < 0
+                     || cl_buf_append(out, f.tail, f.tail_len) < 0
+                 ? -1
+                 : 0;
+    snprintf(ctype, ctype_cap, "%s", f.ctype);
+    cl_form_clear(&f);
+    return rc;
 }
 
 /* Sends @body (a form) with @method to @route on @sb: 0, or -1. */

@@ -1126,111 +1126,35 @@ static int dt_read_file(sbx_plugin_sandbox *sb, const sbx_call_ctx *ctx, const c
     return rc;
 }
 
-/* A multipart body streamed from a descriptor: head, the bytes, tail.
- * With a spool, every byte read from the descriptor is also kept there, so
- * that the body can be sent again from its start (dt_mp_rewind). */
-typedef struct dt_mp_source {
-    const char *head, *tail;
-    size_t head_len, tail_len, head_off, tail_off;
-    int fd;
-    int at_eof;
-    FILE *spool;        /* an unlinked host file, or NULL */
-    int spool_ok;       /* the spool holds every byte read so far */
-    int replaying;      /* reading the spool back before the descriptor */
-} dt_mp_source;
-
-static ssize_t dt_mp_read(void *ud, char *buf, size_t cap)
-{
-    dt_mp_source *m = ud;
-    if (m->head_off < m->head_len) {
-        size_t n = m->head_len - m->head_off;
-        if (n > cap)
-            n = cap;
-        memcpy(buf, m->head + m->head_off, n);
-        m->head_off += n;
-        return (ssize_t)n;
-    }
-    if (m->replaying) {
-        size_t n = fread(buf, 1, cap, m->spool);
-        if (n > 0)
-            return (ssize_t)n;
-        m->replaying = 0;
-        if (ferror(m->spool) || fseek(m->spool, 0, SEEK_END) != 0) {
-            cl_fail(NULL, SBX_ERROR_EXECUTION_FAILED, "exec", "cannot read back the spooled "
-                    "stdin: %s", strerror(errno ? errno : EIO));
-            return -1;
-        }
-    }
-    if (!m->at_eof) {
-        ssize_t n = cl_fd_source(&m->fd, buf, cap);
-        if (n > 0 && m->spool_ok && fwrite(buf, 1, (size_t)n, m->spool) != (size_t)n) {
-            CL_LOG(SBX_LOG_WARNING, "cannot spool stdin (%s): it cannot be sent again",
-                   strerror(errno ? errno : EIO));
-            m->spool_ok = 0;
-        }
-        if (n != 0)
-            return n;
-        m->at_eof = 1;
-    }
-    size_t n = m->tail_len - m->tail_off;
-    if (n > cap)
-        n = cap;
-    memcpy(buf, m->tail + m->tail_off, n);
-    m->tail_off += n;
-    return (ssize_t)n;
-}
-
-/* Puts a spooled source back at its start: 0, or -1 (no whole spool). */
-static int dt_mp_rewind(void *ud)
-{
-    dt_mp_source *m = ud;
-    if (!m->spool_ok || fflush(m->spool) != 0 || fseek(m->spool, 0, SEEK_SET) != 0)
-        return -1;
-    m->head_off = m->tail_off = 0;
-    m->replaying = 1;
-    return 0;
-}
-
 /* Uploads the bytes of @fd to @path (multipart field "file"). With @spool
  * set, the bytes are also kept in an unlinked host file (tmpfile(3)) while
  * they are sent, so that the upload is sent again after the sandbox was
  * started (a stopped sandbox answers before it reads the body); without
  * it (or when the host file cannot be made or written: a warning), a
- * stopped sandbox fails the upload. */
+ * stopped sandbox fails the upload. Only a command's stdin is spooled. */
 static int dt_upload(struct sbx_plugin_sandbox *sb, const sbx_call_ctx *ctx, const char *path,
                      int fd, int spool, const char *op, sbx_error **error)
 {
-    char boundary[40] = "sbx";
-    cl_random_hex(boundary + 3, 16);
-    char *head = cl_printf("--%s\r\nContent-Disposition: form-data; name=\"file\"; "
-                           "filename=\"upload\"\r\nContent-Type: application/octet-stream\r\n\r\n",
-                           boundary);
-    char *tail = cl_printf("\r\n--%s--\r\n", boundary);
-    char *ctype = cl_printf("multipart/form-data; boundary=%s", boundary);
+    cl_form f = { 0 };
     char *q = dt_query_path("/files/upload?path=", path);
-    FILE *f = spool ? tmpfile() : NULL;
-    if (spool && !f)
-        CL_LOG(SBX_LOG_WARNING, "cannot make a spool file for stdin (%s): it cannot be sent "
-               "again", strerror(errno));
     int rc = -1;
-    if (head && tail && ctype && q) {
-        dt_mp_source m = { head, tail, strlen(head), strlen(tail), 0, 0, fd, 0, f, f != NULL, 0 };
-        cl_req rq = { .method = "POST", .content_type = ctype, .source = dt_mp_read,
+    if (q && cl_form_begin(&f, NULL, "file", "upload") == 0) {
+        cl_fd_body m;
+        cl_fd_body_init(&m, f.head.data, f.head.len, f.tail, f.tail_len, fd, spool, "stdin", op);
+        cl_req rq = { .method = "POST", .content_type = f.ctype, .source = cl_fd_body_read,
                       .source_ud = &m, .source_len = -1, .idempotent = CL_UNSAFE,
                       .what = "upload the file" };
         cl_resp r = { 0 };
-        rc = dt_toolbox_rw(sb, ctx, &rq, q, &r, f ? dt_mp_rewind : NULL, &m, 1, op, error);
+        rc = dt_toolbox_rw(sb, ctx, &rq, q, &r, m.spool ? cl_fd_body_rewind : NULL, &m, 1, op,
+                           error);
         if (rc < 0)
             dt_path_error(error, op, path);
         cl_resp_clear(&r);
+        cl_fd_body_clear(&m);
     } else {
         cl_fail(error, SBX_ERROR_RESOURCE_EXHAUSTED, op, "out of memory");
     }
-    if (f)
-        fclose(f);
-    free(head);
-    free(tail);
-    free(ctype);
+    cl_form_clear(&f);
     free(q);
     return rc;
 }
