@@ -957,6 +957,45 @@ Test(provider, fd_body_streams_and_rewinds_from_its_spool)
     close(fds[0]);
 }
 
+static int infos_seen(const sbx_plugin_file_info *info, void *ud)
+{
+    cl_buf *b = ud;
+    cl_buf_printf(b, "%s:%d:%lld:%o;", info->name, info->is_dir, (long long)info->size,
+                  (unsigned)info->mode);
+    return strcmp(info->name, "stop") == 0;
+}
+
+/* A JSON listing's entries: name, directory flag (or all directories),
+ * size (-1 for a directory or when missing), mode from octal digits;
+ * entries without a name passed over; the callback's non-zero ends it. */
+Test(provider, file_infos_from_a_json_listing)
+{
+    json_object *a = json_tokener_parse(
+        "[{\"name\":\"f\",\"size\":12,\"isDir\":false,\"permissions\":\"100644\"},"
+        "{\"name\":\"d\",\"size\":4096,\"isDir\":true,\"permissions\":\"755\"},"
+        "{\"size\":3},{\"name\":\"n\"},{\"name\":\"stop\",\"size\":\"7\"},{\"name\":\"after\"}]");
+    cr_assert_not_null(a);
+    cl_buf b = { 0 };
+    cr_assert_eq(cl_file_infos_json(a, "isDir", 0, "permissions", infos_seen, &b), 1);
+    cr_assert_str_eq(b.data, "f:0:12:644;d:1:-1:755;n:0:-1:0;stop:0:7:0;");
+    cl_buf_clear(&b);
+    cr_assert_eq(cl_file_infos_json(a, NULL, 1, NULL, infos_seen, &b), 1);
+    cr_assert_str_eq(b.data, "f:1:-1:0;d:1:-1:0;n:1:-1:0;stop:1:-1:0;");
+    cl_buf_clear(&b);
+    sbx_plugin_file_info one = cl_file_info_json(json_object_array_get_idx(a, 0), "isDir", 0,
+                                                 NULL);
+    cr_assert_eq(one.struct_size, sizeof one);
+    cr_assert_str_eq(one.name, "f");
+    cr_assert_eq(one.size, 12);
+    cr_assert_eq(one.mode, 0);
+    json_object *o = json_object_new_object();
+    cr_assert_eq(cl_file_infos_json(o, "isDir", 0, NULL, infos_seen, &b), 0);
+    cr_assert_eq(cl_file_infos_json(NULL, "isDir", 0, NULL, infos_seen, &b), 0);
+    cr_assert_null(b.data);
+    json_object_put(o);
+    json_object_put(a);
+}
+
 /* A plugin's sandbox struct around its head: zeroed, the id copied; the
  * string members of a constructor copied (NULL stays NULL). */
 typedef struct wide_sandbox {

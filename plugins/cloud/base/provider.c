@@ -285,6 +285,31 @@ int cl_list_answer(int code, char *out, const char *shown, sbx_plugin_file_fn fn
     return 0;
 }
 
+sbx_plugin_file_info cl_file_info_json(json_object *e, const char *dir_key, int dir,
+                                       const char *perm_key)
+{
+    int64_t size = -1;
+    cl_json_int(e, "size", &size);
+    int is_dir = dir || (dir_key && cl_json_bool(e, dir_key));
+    const char *perm = perm_key ? cl_json_str(e, perm_key) : NULL;
+    return (sbx_plugin_file_info){ sizeof(sbx_plugin_file_info), cl_json_str(e, "name"), is_dir,
+                                   is_dir ? -1 : size,
+                                   perm ? (uint32_t)strtoul(perm, NULL, 8) & 07777 : 0 };
+}
+
+int cl_file_infos_json(json_object *arr, const char *dir_key, int dir, const char *perm_key,
+                       sbx_plugin_file_fn fn, void *ud)
+{
+    size_t n = json_object_is_type(arr, json_type_array) ? json_object_array_length(arr) : 0;
+    for (size_t i = 0; i < n; i++) {
+        sbx_plugin_file_info info = cl_file_info_json(json_object_array_get_idx(arr, i), dir_key,
+                                                      dir, perm_key);
+        if (info.name && fn(&info, ud) != 0)
+            return 1;
+    }
+    return 0;
+}
+
 int cl_list_files_run(sbx_plugin_sandbox *sb, const sbx_call_ctx *ctx, const char *dir,
                       const char *path, cl_run_out_fn run, sbx_plugin_file_fn fn, void *ud,
                       sbx_error **error)

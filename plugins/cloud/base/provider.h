@@ -908,6 +908,29 @@ int cl_list_answer(int code, char *out, const char *shown, sbx_plugin_file_fn fn
                    const char *op, sbx_error **error);
 
 /**
+ * One entry of a provider's JSON listing of a directory (@e, a JSON object
+ * borrowed for the call) as a file info: name its string member "name"
+ * (borrowed from @e; NULL when missing), a directory when @dir is
+ * non-zero or else when its flag member @dir_key is true (cl_json_bool();
+ * @dir_key NULL: never), size its integer member "size" (-1 when missing,
+ * and for a directory), mode the octal digits of its string member
+ * @perm_key ("755"; the low 12 bits; 0 when missing or @perm_key is NULL).
+ * Pure; thread-safe.
+ */
+sbx_plugin_file_info cl_file_info_json(struct json_object *e, const char *dir_key, int dir,
+                                       const char *perm_key);
+
+/**
+ * Hands @fn (with @ud) the file info of each entry of the JSON array @arr
+ * (cl_file_info_json(@dir_key, @dir, @perm_key); NULL or not an array:
+ * none), in order, passing over those without a name, until @fn returns
+ * non-zero. Returns 1 when @fn stopped the listing, else 0. Thread-safe as
+ * @fn is.
+ */
+int cl_file_infos_json(struct json_object *arr, const char *dir_key, int dir,
+                       const char *perm_key, sbx_plugin_file_fn fn, void *ud);
+
+/**
  * A plugin's runner of a command whose stdout it keeps: 0 with its exit
  * status in *@code and its stdout (a new NUL-ended string, or NULL when
  * @out is NULL) in *@out; -1 with *@error set when it could not be run.

@@ -944,23 +944,9 @@ static int bl_list_files(sbx_plugin_sandbox *sb, const sbx_call_ctx *ctx, const 
         json_object_put(j);
         return -1;
     }
-    int stop = 0;
-    for (int dir = 1; dir >= 0 && !stop; dir--) {
-        json_object *es = dir ? subs : files;
-        size_t n = json_object_is_type(es, json_type_array) ? json_object_array_length(es) : 0;
-        for (size_t i = 0; i < n && !stop; i++) {
-            json_object *e = json_object_array_get_idx(es, i);
-            int64_t size = -1;
-            if (!dir)
-                cl_json_int(e, "size", &size);
-            const char *perm = cl_json_str(e, "permissions");
-            uint32_t mode = perm ? (uint32_t)strtoul(perm, NULL, 8) & 07777 : 0;
-            sbx_plugin_file_info info = { sizeof(info), cl_json_str(e, "name"), dir,
-                                          dir ? -1 : size, mode };
-            if (info.name)
-                stop = fn(&info, ud) != 0;
-        }
-    }
+    /* The subdirectories first, then the files. */
+    if (!cl_file_infos_json(subs, NULL, 1, "permissions", fn, ud))
+        cl_file_infos_json(files, NULL, 0, "permissions", fn, ud);
     json_object_put(j);
     return 0;
 }

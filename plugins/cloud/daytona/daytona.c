@@ -1204,12 +1204,6 @@ static int dt_write_file(sbx_plugin_sandbox *sb, const sbx_call_ctx *ctx, const 
                          error);
 }
 
-static uint32_t dt_mode_of(json_object *e)
-{
-    const char *p = cl_json_str(e, "permissions");
-    return p ? (uint32_t)strtoul(p, NULL, 8) & 07777 : 0;
-}
-
 static int dt_list_files(sbx_plugin_sandbox *sb, const sbx_call_ctx *ctx, const char *path,
                          sbx_plugin_file_fn fn, void *ud, sbx_error **error)
 {
@@ -1224,17 +1218,7 @@ static int dt_list_files(sbx_plugin_sandbox *sb, const sbx_call_ctx *ctx, const 
     cl_resp_clear(&r);
     if (!j)
         return -1;
-    size_t n = json_object_is_type(j, json_type_array) ? json_object_array_length(j) : 0;
-    for (size_t i = 0; i < n; i++) {
-        json_object *e = json_object_array_get_idx(j, i);
-        int64_t size = -1;
-        cl_json_int(e, "size", &size);
-        int is_dir = cl_json_bool(e, "isDir");
-        sbx_plugin_file_info info = { sizeof(info), cl_json_str(e, "name"), is_dir,
-                                      is_dir ? -1 : size, dt_mode_of(e) };
-        if (info.name && fn(&info, ud) != 0)
-            break;
-    }
+    cl_file_infos_json(j, "isDir", 0, "permissions", fn, ud);
     json_object_put(j);
     return 0;
 }
@@ -1255,15 +1239,9 @@ static int dt_stat_file(sbx_plugin_sandbox *sb, const sbx_call_ctx *ctx, const c
     cl_resp_clear(&r);
     if (!j)
         return -1;
-    const char *name = cl_json_str(j, "name");
-    snprintf(dt_stat_name, sizeof dt_stat_name, "%s", name ? name : "");
-    int64_t size = -1;
-    cl_json_int(j, "size", &size);
-    info->struct_size = sizeof(*info);
+    *info = cl_file_info_json(j, "isDir", 0, "permissions");
+    snprintf(dt_stat_name, sizeof dt_stat_name, "%s", info->name ? info->name : "");
     info->name = dt_stat_name;
-    info->is_dir = cl_json_bool(j, "isDir");
-    info->size = info->is_dir ? -1 : size;
-    info->mode = dt_mode_of(j);
     json_object_put(j);
     return 0;
 }

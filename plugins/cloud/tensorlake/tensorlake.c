@@ -989,18 +989,7 @@ static int tl_list_files(sbx_plugin_sandbox *sb, const sbx_call_ctx *ctx, const 
     cl_resp_clear(&r);
     if (!j)
         return -1;
-    json_object *es = cl_json_path(j, "entries", NULL);
-    size_t n = es && json_object_is_type(es, json_type_array) ? json_object_array_length(es) : 0;
-    for (size_t i = 0; i < n; i++) {
-        json_object *e = json_object_array_get_idx(es, i);
-        int64_t size = -1;
-        cl_json_int(e, "size", &size);
-        int is_dir = cl_json_bool(e, "is_dir");
-        sbx_plugin_file_info info = { sizeof(info), cl_json_str(e, "name"), is_dir,
-                                      is_dir ? -1 : size, 0 };
-        if (info.name && fn(&info, ud) != 0)
-            break;
-    }
+    cl_file_infos_json(cl_json_path(j, "entries", NULL), "is_dir", 0, NULL, fn, ud);
     json_object_put(j);
     return 0;
 }
