@@ -1143,6 +1143,55 @@ void cl_client_free_slot(sbx_plugin_client *c);
     }
 
 /**
+ * Defines @name, a static cl_reap_find_fn (the reaper's look-up, cloud.h)
+ * of a provider whose listing @list(client, ctx, item_fn, item_ud, op,
+ * error) calls the plugin's item callback on each sandbox: @list(ud, ctx,
+ * @one, &t, "create", error), @one the callback that gives the item's
+ * token and id to cl_token_ids_match() on its @ud, the cl_token_ids @t,
+ * then cl_ids_finish(). Returns as cl_ids_finish(). Thread-safe as @list
+ * is.
+ */
+#define CL_FIND_TOKEN(name, list, one)                                                      \
+    static int name(void *ud, const sbx_call_ctx *ctx, const char *token, char ***ids,      \
+                    sbx_error **error)                                                      \
+    {                                                                                       \
+        cl_token_ids t = { token, { 0 } };                                                  \
+        int rc = (list)(ud, ctx, (one), &t, "create", error);                               \
+        return cl_ids_finish(&t.ids, rc, ids, "create", error);                             \
+    }
+
+/**
+ * Defines two static functions of a provider whose listing filters its
+ * sandboxes by one label, @list(client, ctx, key, value, item_fn, item_ud,
+ * op, error) calling a cl_listed_fn on each sandbox whose label @key is
+ * @value, its items holding their id in the string member @id_key, their
+ * labels in the object member @labels_key and their creation time in the
+ * RFC 3339 member @created_key (NULL: none):
+ *  - @p_find_token, a cl_reap_find_fn (the reaper's look-up, cloud.h): the
+ *    ids of the sandboxes labelled CL_META_TOKEN=token (cl_ids_listed(),
+ *    cl_ids_finish(), op create);
+ *  - @p_list_owned, the list_owned slot: the sandboxes labelled
+ *    CL_META_BACKEND=@backend handed to the host's callback
+ *    (cl_owned_listed(), op list_owned).
+ * Both return 0, or -1 with *error set. Thread-safe as @list is.
+ */
+#define CL_LABEL_LISTING(p, list, backend, id_key, labels_key, created_key)                 \
+    static int p##_find_token(void *ud, const sbx_call_ctx *ctx, const char *token,         \
+                              char ***ids, sbx_error **error)                               \
+    {                                                                                       \
+        cl_listed_ids s = { { 0 }, (id_key) };                                              \
+        int rc = (list)(ud, ctx, CL_META_TOKEN, token, cl_ids_listed, &s, "create", error); \
+        return cl_ids_finish(&s.ids, rc, ids, "create", error);                             \
+    }                                                                                       \
+    static int p##_list_owned(sbx_plugin_client *client, const sbx_call_ctx *ctx,           \
+                              sbx_plugin_owned_fn fn, void *ud, sbx_error **error)          \
+    {                                                                                       \
+        cl_owned o = { fn, ud, (id_key), (labels_key), (created_key) };                     \
+        return (list)(client, ctx, CL_META_BACKEND, (backend), cl_owned_listed, &o,         \
+                      "list_owned", error);                                                 \
+    }
+
+/**
  * Defines @name, a static cl_get_fn of a provider that GETs its sandbox @id
  * as an item of its API, its client starting with a cl_client @cl:
  * cl_item_get(c->cl.http, ctx, c->cl.api, @collection, id, status, op,

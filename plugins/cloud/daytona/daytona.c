@@ -302,14 +302,9 @@ static int dt_list(struct sbx_plugin_client *c, const sbx_call_ctx *ctx, const c
     return rc;
 }
 
-/* The reaper's look-up (cloud.h): the sandboxes labelled with @token. */
-static int dt_find_token(void *ud, const sbx_call_ctx *ctx, const char *token, char ***ids,
-                         sbx_error **error)
-{
-    cl_listed_ids s = { { 0 }, "id" };
-    int rc = dt_list(ud, ctx, CL_META_TOKEN, token, cl_ids_listed, &s, "create", error);
-    return cl_ids_finish(&s.ids, rc, ids, "create", error);
-}
+/* The reaper's look-up (cloud.h): the sandboxes labelled with a create
+ * token; and the sandboxes this backend made: label sbx_backend=daytona. */
+CL_LABEL_LISTING(dt, dt_list, DT_BACKEND, "id", "labels", NULL)
 
 /* A sandbox in error or build_failed never starts (an execution failure
  * with the state and errorReason); a destroyed or destroying one is gone
@@ -1057,15 +1052,6 @@ static char *dt_snapshot(sbx_plugin_sandbox *sb, const sbx_call_ctx *ctx, sbx_er
         out = cl_host_strdup(name, op, error);
     json_object_put(b);
     return out;
-}
-
-/* The sandboxes this backend made: label sbx_backend=daytona. */
-static int dt_list_owned(sbx_plugin_client *client, const sbx_call_ctx *ctx,
-                         sbx_plugin_owned_fn fn, void *ud, sbx_error **error)
-{
-    cl_owned o = { fn, ud, "id", "labels", NULL };
-    return dt_list(client, ctx, CL_META_BACKEND, DT_BACKEND, cl_owned_listed, &o, "list_owned",
-                   error);
 }
 
 CL_DESTROY_BY_ID(dt_destroy_by_id, dt_delete)

@@ -1354,25 +1354,11 @@ static int e2b_list(struct sbx_plugin_client *c, const sbx_call_ctx *ctx, const 
     return rc;
 }
 
-/* The sandboxes this backend made: metadata sbx_backend=e2b. */
-static int e2b_list_owned(sbx_plugin_client *client, const sbx_call_ctx *ctx,
-                          sbx_plugin_owned_fn fn, void *ud, sbx_error **error)
-{
-    cl_owned o = { fn, ud, "sandboxID", "metadata", "startedAt" };
-    return e2b_list(client, ctx, CL_META_BACKEND, E2B_BACKEND, cl_owned_listed, &o, "list_owned",
-                    error);
-}
+/* The sandboxes this backend made (metadata sbx_backend=e2b), and the
+ * reaper's look-up: the sandboxes carrying a create token. */
+CL_LABEL_LISTING(e2b, e2b_list, E2B_BACKEND, "sandboxID", "metadata", "startedAt")
 
 CL_DESTROY_BY_ID(e2b_destroy_by_id, e2b_delete)
-
-/* The reaper's look-up: the sandboxes carrying create token @token. */
-static int e2b_find_token(void *ud, const sbx_call_ctx *ctx, const char *token, char ***ids,
-                          sbx_error **error)
-{
-    cl_listed_ids s = { { 0 }, "sandboxID" };
-    int rc = e2b_list(ud, ctx, CL_META_TOKEN, token, cl_ids_listed, &s, "create", error);
-    return cl_ids_finish(&s.ids, rc, ids, "create", error);
-}
 
 /* ------------------------------------------------------------------------ */
 /* Files: envd's /files as raw bytes (CASE-17), Filesystem for listings      */

@@ -597,13 +597,7 @@ static int rl_id_one(void *ud, json_object *it)
 }
 
 /* The reaper's look-up: the devboxes carrying create token @token. */
-static int rl_find_token(void *ud, const sbx_call_ctx *ctx, const char *token, char ***ids,
-                         sbx_error **error)
-{
-    cl_token_ids s = { token, { 0 } };
-    int rc = rl_list(ud, ctx, rl_id_one, &s, "create", error);
-    return cl_ids_finish(&s.ids, rc, ids, "create", error);
-}
+CL_FIND_TOKEN(rl_find_token, rl_list, rl_id_one)
 
 CL_SETUP(rl_setup, RL_BACKEND)
 

@@ -210,13 +210,7 @@ static int tl_list(struct sbx_plugin_client *c, const sbx_call_ctx *ctx,
                    const char *op, sbx_error **error);
 
 /* The reaper's look-up (cloud.h): the sandboxes named @token. */
-static int tl_find_token(void *ud, const sbx_call_ctx *ctx, const char *token, char ***ids,
-                         sbx_error **error)
-{
-    cl_token_ids t = { token, { 0 } };
-    int rc = tl_list(ud, ctx, tl_token_one, &t, "create", error);
-    return cl_ids_finish(&t.ids, rc, ids, "create", error);
-}
+CL_FIND_TOKEN(tl_find_token, tl_list, tl_token_one)
 
 /* The gone error of sandbox @id, with its status and termination reason
  * from @view (may be NULL). */
