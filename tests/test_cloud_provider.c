@@ -996,6 +996,39 @@ Test(provider, file_infos_from_a_json_listing)
     json_object_put(a);
 }
 
+static int sse_seen(void *ud, const char *event, const char *data, size_t n, const char *id)
+{
+    (void)id;
+    cl_buf_printf(ud, "%s=%.*s;", event, (int)n, data);
+    return strcmp(data, "end") == 0;
+}
+
+/* The readers' sinks feed the reader they are given, and fail as it does. */
+Test(provider, reader_sinks_feed_their_reader)
+{
+    cl_buf b = { 0 };
+    cl_sse s;
+    cl_sse_init(&s, sse_seen, &b);
+    cr_assert_eq(cl_sse_sink(&s, "event: out\nda", 13), 0);
+    cr_assert_eq(cl_sse_sink(&s, "ta: x\n\ndata: end\n\n", 18), 0);
+    cr_assert_str_eq(b.data, "out=x;message=end;");
+    cr_assert_eq(cl_sse_end(&s, "exec", NULL), 0);
+    cl_sse_clear(&s);
+    cl_buf_clear(&b);
+    cl_ndjson nd;
+    cl_ndjson_init(&nd, NULL, NULL);
+    cr_assert_eq(cl_ndjson_sink(&nd, "not json\n", 9), -1);
+    cr_assert_eq(cl_last()->code, SBX_ERROR_CONNECTION);
+    cl_ndjson_clear(&nd);
+    cl_connect cc;
+    cl_connect_init(&cc, NULL, NULL);
+    static const char compressed[] = { 0x01, 0, 0, 0, 0 };
+    cr_assert_eq(cl_connect_sink(&cc, compressed, sizeof compressed), -1);
+    cr_assert_str_eq(cl_last()->msg,
+                     "the Connect stream sent a compressed message (none was asked for)");
+    cl_connect_clear(&cc);
+}
+
 /* A plugin's sandbox struct around its head: zeroed, the id copied; the
  * string members of a constructor copied (NULL stays NULL). */
 typedef struct wide_sandbox {

@@ -1014,12 +1014,6 @@ static int bl_on_line(void *ud, json_object *j)
     return 1;
 }
 
-static int bl_nd_sink(void *ud, const char *p, size_t n)
-{
-    bl_stream *s = ud;
-    return cl_ndjson_feed(&s->nd, p, n, "exec", NULL) < 0 ? -1 : 0;
-}
-
 /* The exit code of a process whose status is not running, from its
  * ProcessResponse @res: 1 and *@code, or 0 while it runs. */
 static int bl_process_done(json_object *res, int *code)
@@ -1141,7 +1135,7 @@ static int bl_run(struct sbx_plugin_sandbox *sb, const sbx_call_ctx *ctx, const 
     const char *bs = json_object_to_json_string_ext(b, JSON_C_TO_STRING_PLAIN);
     static const char *const h[] = { "Accept: text/event-stream", NULL };
     cl_req rq = { .method = "POST", .headers = h, .body = bs, .body_len = strlen(bs),
-                  .sink = bl_nd_sink, .sink_ud = sp, .idempotent = CL_UNSAFE,
+                  .sink = cl_ndjson_sink, .sink_ud = &sp->nd, .idempotent = CL_UNSAFE,
                   .what = "run the command" };
     cl_resp r = { 0 };
     int rc = bl_host(sb, ctx, &rq, "/process", &r, 0, op, error);

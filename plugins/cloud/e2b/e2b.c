@@ -671,12 +671,6 @@ static int e2b_on_frame(void *ud, unsigned flags, const char *p, size_t n)
     return rc;
 }
 
-static int e2b_stream_sink(void *ud, const char *p, size_t n)
-{
-    e2b_stream *s = ud;
-    return cl_connect_feed(&s->cs, p, n, "exec", NULL);
-}
-
 /* process.proto's PTY message: {"size":{"rows","cols"}}. */
 static json_object *e2b_pty_size(unsigned rows, unsigned cols)
 {
@@ -735,8 +729,8 @@ static int e2b_stream_call(e2b_proc *p, const sbx_call_ctx *ctx, e2b_stream *s, 
         return -1;
     }
     cl_req rq = { .method = "POST", .content_type = "application/connect+json",
-                  .body = env.data, .body_len = env.len, .sink = e2b_stream_sink,
-                  .sink_ud = s, .idempotent = idem, .what = "run the command" };
+                  .body = env.data, .body_len = env.len, .sink = cl_connect_sink,
+                  .sink_ud = &s->cs, .idempotent = idem, .what = "run the command" };
     int rc = e2b_envd(p->sb, ctx, &rq, rpc, p->user, ka, r, op, error);
     free(ka);
     cl_buf_clear(&env);

@@ -1082,12 +1082,6 @@ static int tl_on_event(void *ud, const char *event, const char *data, size_t n, 
     return rc;
 }
 
-static int tl_sse_sink(void *ud, const char *p, size_t n)
-{
-    tl_stream *s = ud;
-    return cl_sse_feed(&s->sse, p, n, "exec", NULL);
-}
-
 /* The run request: "bash -c @script" with the per-call @env, the keys of
  * @env in CL_CALL_KEYS (the create's file leaves them alone) and, when
  * @mark is given, CL_EXEC_MARK=@mark on every process of the command. */
@@ -1121,7 +1115,7 @@ static int tl_run_short(struct sbx_plugin_sandbox *sb, const sbx_call_ctx *ctx, 
     const char *bs = json_object_to_json_string_ext(b, JSON_C_TO_STRING_PLAIN);
     static const char *const h[] = { "Accept: text/event-stream", NULL };
     cl_req rq = { .method = "POST", .headers = h, .body = bs, .body_len = strlen(bs),
-                  .sink = tl_sse_sink, .sink_ud = &s, .idempotent = CL_UNSAFE,
+                  .sink = cl_sse_sink, .sink_ud = &s.sse, .idempotent = CL_UNSAFE,
                   .what = "run a command" };
     cl_resp r = { 0 };
     int rc = tl_host(sb, ctx, &rq, "/api/v1/processes/run", &r, 0, op, error);
@@ -1410,7 +1404,7 @@ static int tl_exec_run(cl_proc *base)
     const char *bs = json_object_to_json_string_ext(b, JSON_C_TO_STRING_PLAIN);
     static const char *const h[] = { "Accept: text/event-stream", NULL };
     cl_req rq = { .method = "POST", .headers = h, .body = bs, .body_len = strlen(bs),
-                  .sink = tl_sse_sink, .sink_ud = &s, .idempotent = CL_UNSAFE,
+                  .sink = cl_sse_sink, .sink_ud = &s.sse, .idempotent = CL_UNSAFE,
                   .what = "run the command" };
     rc = tl_host(sb, &ctx, &rq, "/api/v1/processes/run", &r, 0, op, NULL);
     if (rc == 0 && cl_sse_end(&s.sse, op, NULL) < 0)
