@@ -57,6 +57,12 @@
 
 struct json_object;
 
+/* The version the plugins' descriptors and requests carry: the build's
+ * (configure defines it), else this. */
+#ifndef PACKAGE_VERSION
+#define PACKAGE_VERSION "0.1.0"
+#endif
+
 /* ------------------------------------------------------------------------ */
 /* Host services and errors (util.c)                                         */
 /* ------------------------------------------------------------------------ */

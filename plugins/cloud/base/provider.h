@@ -687,6 +687,13 @@ int cl_unexpose_port(sbx_plugin_sandbox *sb, const sbx_call_ctx *ctx, unsigned p
 /** The list_ports slot: NULL with cl_gone_error() (op list_ports) when the
  *  sandbox is gone, else cl_ports_list() (host memory). */
 char *cl_list_ports(sbx_plugin_sandbox *sb, const sbx_call_ctx *ctx, sbx_error **error);
+/** The port slots of a descriptor whose sandboxes keep their own list of
+ *  exposed ports (cl_expose_port(), cl_unexpose_port(), cl_list_ports()),
+ *  @resolve its resolve_port slot, in its designated initializer after
+ *  CL_PLUGIN_HEAD(). */
+#define CL_PORT_SLOTS(resolve)                                                              \
+    .expose_port = cl_expose_port, .unexpose_port = cl_unexpose_port,                       \
+    .resolve_port = (resolve), .list_ports = cl_list_ports
 /** The start of a resolve_port slot: -1 with cl_gone_error() (op
  *  resolve_port) when @s is gone, -1 with cl_port_not_exposed() when @port
  *  is not exposed, else 0. */

@@ -95,10 +95,6 @@
 
 #include <json-c/json.h>
 
-#ifndef PACKAGE_VERSION
-#define PACKAGE_VERSION "0.1.0"
-#endif
-
 #define BL_BACKEND "blaxel"
 #define BL_DEFAULT_API "https://api.blaxel.ai/v0"
 #define BL_DEFAULT_RUN "https://run.blaxel.ai"

@@ -122,10 +122,6 @@
 
 #include <json-c/json.h>
 
-#ifndef PACKAGE_VERSION
-#define PACKAGE_VERSION "0.1.0"
-#endif
-
 #define CF_BACKEND "cloudflare"
 #define CF_STATE_VERSION 1
 #define CF_SNAP_PREFIX "cfsnap-"

@@ -178,10 +178,6 @@
 
 #include <json-c/json.h>
 
-#ifndef PACKAGE_VERSION
-#define PACKAGE_VERSION "0.1.0"
-#endif
-
 #define DT_BACKEND "daytona"
 #define DT_DEFAULT_URL "https://app.daytona.io/api"
 #define DT_STATE_VERSION 1
@@ -2209,10 +2205,7 @@ static const sbx_plugin dt_plugin = {
     .stat_file = dt_stat_file,
     .stop = dt_stop,
     .start = dt_start,
-    .expose_port = cl_expose_port,
-    .unexpose_port = cl_unexpose_port,
-    .resolve_port = dt_resolve_port,
-    .list_ports = cl_list_ports,
+    CL_PORT_SLOTS(dt_resolve_port),
 };
 
 CL_PLUGIN_EXPORT(&dt_plugin)

@@ -115,10 +115,6 @@
 
 #include <json-c/json.h>
 
-#ifndef PACKAGE_VERSION
-#define PACKAGE_VERSION "0.1.0"
-#endif
-
 #define E2B_BACKEND "e2b"
 #define E2B_DEFAULT_DOMAIN "e2b.app"
 #define E2B_ENVD_PORT "49983"
@@ -1494,10 +1490,7 @@ static const sbx_plugin e2b_plugin = {
     .stat_file = e2b_stat_file,
     .stop = e2b_stop,
     .start = e2b_start,
-    .expose_port = cl_expose_port,
-    .unexpose_port = cl_unexpose_port,
-    .resolve_port = e2b_resolve_port,
-    .list_ports = cl_list_ports,
+    CL_PORT_SLOTS(e2b_resolve_port),
 };
 
 CL_PLUGIN_EXPORT(&e2b_plugin)

@@ -119,10 +119,6 @@
 
 #include <json-c/json.h>
 
-#ifndef PACKAGE_VERSION
-#define PACKAGE_VERSION "0.1.0"
-#endif
-
 #define MODAL_BACKEND "modal"
 #define MODAL_SERVER "https://api.modal.com"
 #define MODAL_FAILOVER "https://api.modal2.com"

@@ -84,10 +84,6 @@
 
 #include <json-c/json.h>
 
-#ifndef PACKAGE_VERSION
-#define PACKAGE_VERSION "0.1.0"
-#endif
-
 #define RL_BACKEND "runloop"
 #define RL_DEFAULT_URL "https://api.runloop.ai"
 #define RL_STATE_VERSION 1

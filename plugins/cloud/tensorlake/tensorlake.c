@@ -134,10 +134,6 @@
 
 #include <json-c/json.h>
 
-#ifndef PACKAGE_VERSION
-#define PACKAGE_VERSION "0.1.0"
-#endif
-
 #define TL_BACKEND "tensorlake"
 #define TL_DEFAULT_URL "https://api.tensorlake.ai"
 #define TL_STATE_VERSION 1

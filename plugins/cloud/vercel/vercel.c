@@ -83,10 +83,6 @@
 
 #include <json-c/json.h>
 
-#ifndef PACKAGE_VERSION
-#define PACKAGE_VERSION "0.1.0"
-#endif
-
 #define VC_BACKEND "vercel"
 #define VC_DEFAULT_URL "https://vercel.com/api"
 #define VC_CWD "/vercel/sandbox"            /* Vercel's default cwd */
