@@ -346,6 +346,34 @@ Test(provider, trim_slash_and_path_in)
                          cases[i][1]);
         free(s);
     }
+    /* The route of a file named in the query: the path made absolute
+     * against the workdir (when one is given), percent-encoded. */
+    s = cl_path_query("/files?path=", "/w d", "a&b/c");
+    cr_assert_str_eq(s, "/files?path=%2Fw%20d%2Fa%26b%2Fc");
+    free(s);
+    s = cl_path_query("/files?path=", "/w", "/abs/f.txt");
+    cr_assert_str_eq(s, "/files?path=%2Fabs%2Ff.txt");
+    free(s);
+    s = cl_path_query("/x?p=", NULL, "rel");
+    cr_assert_str_eq(s, "/x?p=rel");
+    free(s);
+}
+
+/* A stat_file's name: copied into the thread's buffer, which outlives the
+ * name it was given; NULL is "". */
+Test(provider, stat_name_is_the_threads_copy)
+{
+    char *name = strdup("report.txt");
+    const char *kept = cl_stat_name(name);
+    cr_assert_neq(kept, name);
+    free(name);
+    cr_assert_str_eq(kept, "report.txt");
+    cr_assert_eq(cl_stat_name(NULL), kept);
+    cr_assert_str_eq(kept, "");
+    char longer[5000];
+    memset(longer, 'n', sizeof longer - 1);
+    longer[sizeof longer - 1] = '\0';
+    cr_assert_eq(strlen(cl_stat_name(longer)), 4095);
 }
 
 /* A plugin's sandbox: the head first. */

@@ -897,6 +897,23 @@ char *cl_path_in(const char *workdir, const char *path)
     return cl_printf("%s%s%s", workdir, n && workdir[n - 1] == '/' ? "" : "/", path);
 }
 
+char *cl_path_query(const char *prefix, const char *workdir, const char *path)
+{
+    char *abs = cl_path_in(workdir, path);
+    char *e = abs ? cl_url_escape(abs) : NULL;
+    char *s = e ? cl_printf("%s%s", prefix, e) : NULL;
+    free(e);
+    free(abs);
+    return s;
+}
+
+const char *cl_stat_name(const char *name)
+{
+    static __thread char buf[4096];
+    snprintf(buf, sizeof buf, "%s", name ? name : "");
+    return buf;
+}
+
 int cl_sandbox_init(cl_sandbox *s, const char *id)
 {
     if (!(s->id = strdup(id)))

@@ -558,6 +558,20 @@ char *cl_trim_slash(const char *s);
 char *cl_path_in(const char *workdir, const char *path);
 
 /**
+ * The route of a file call that names its file in the query: @prefix
+ * ("/files?path=") then cl_path_in(@workdir, @path) percent-encoded
+ * (cl_url_escape()). A new string, NULL on no memory. Thread-safe.
+ */
+char *cl_path_query(const char *prefix, const char *workdir, const char *path);
+
+/**
+ * The name a stat_file slot hands back (it must outlive the call): @name
+ * (NULL: "") copied into a buffer of the calling thread's (at most 4095
+ * bytes kept), valid until that thread's next call. Returns the buffer.
+ */
+const char *cl_stat_name(const char *name);
+
+/**
  * What every plugin's sandbox starts with (its first member, so that the
  * slots below take the plugin's sbx_plugin_sandbox): the provider's id and
  * the gone flag. Not thread-safe to init or clear; the flag has its lock.

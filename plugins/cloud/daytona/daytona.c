@@ -1064,14 +1064,6 @@ static sbx_error *dt_path_error(sbx_error **error, const char *op, const char *p
     return err;
 }
 
-static char *dt_query_path(const char *prefix, const char *path)
-{
-    char *e = cl_url_escape(path);
-    char *s = e ? cl_printf("%s%s", prefix, e) : NULL;
-    free(e);
-    return s;
-}
-
 /* A GET of the toolbox's files route @route ("/files/download?path=") on
  * @path (dt_abs): 0 with the 2xx answer in @r (or sunk by @rq), else -1
  * with the error naming @path, not_found "no such @missing in the sandbox:
@@ -1080,9 +1072,7 @@ static int dt_files_get(struct sbx_plugin_sandbox *sb, const sbx_call_ctx *ctx,
                         const char *route, const char *path, cl_req *rq, cl_resp *r,
                         const char *missing, const char *op, sbx_error **error)
 {
-    char *ap = dt_abs(sb, path);
-    char *q = ap ? dt_query_path(route, ap) : NULL;
-    free(ap);
+    char *q = cl_path_query(route, sb->s.workdir, path);
     if (!q) {
         cl_fail(error, SBX_ERROR_RESOURCE_EXHAUSTED, op, "out of memory");
         return -1;
@@ -1118,7 +1108,7 @@ static int dt_upload(struct sbx_plugin_sandbox *sb, const sbx_call_ctx *ctx, con
                      int fd, int spool, const char *op, sbx_error **error)
 {
     cl_form f = { 0 };
-    char *q = dt_query_path("/files/upload?path=", path);
+    char *q = cl_path_query("/files/upload?path=", NULL, path);
     int rc = -1;
     if (q && cl_form_begin(&f, NULL, "file", "upload") == 0) {
         cl_fd_body m;
@@ -1205,8 +1195,6 @@ static int dt_list_files(sbx_plugin_sandbox *sb, const sbx_call_ctx *ctx, const 
     return 0;
 }
 
-static __thread char dt_stat_name[4096];
-
 static int dt_stat_file(sbx_plugin_sandbox *sb, const sbx_call_ctx *ctx, const char *path,
                         sbx_plugin_file_info *info, sbx_error **error)
 {
@@ -1222,8 +1210,7 @@ static int dt_stat_file(sbx_plugin_sandbox *sb, const sbx_call_ctx *ctx, const c
     if (!j)
         return -1;
     *info = cl_file_info_json(j, "isDir", 0, "permissions");
-    snprintf(dt_stat_name, sizeof dt_stat_name, "%s", info->name ? info->name : "");
-    info->name = dt_stat_name;
+    info->name = cl_stat_name(info->name);
     json_object_put(j);
     return 0;
 }

@@ -1356,13 +1356,11 @@ CL_DESTROY_BY_ID(e2b_destroy_by_id, e2b_delete)
 
 static char *e2b_files_path(struct sbx_plugin_sandbox *sb, const char *path)
 {
-    char *abs = e2b_abs(sb, path);
-    char *e = abs ? cl_url_escape(abs) : NULL;
+    char *q = cl_path_query("/files?path=", sb->s.workdir, path);
     char *u = cl_url_escape(sb->user ? sb->user : E2B_DEFAULT_USER);
-    char *s = e && u ? cl_printf("/files?path=%s&username=%s", e, u) : NULL;
+    char *s = q && u ? cl_printf("%s&username=%s", q, u) : NULL;
     free(u);
-    free(e);
-    free(abs);
+    free(q);
     return s;
 }
 
@@ -1452,7 +1450,6 @@ static int e2b_list_files(sbx_plugin_sandbox *sb, const sbx_call_ctx *ctx, const
 static int e2b_stat_file(sbx_plugin_sandbox *sb, const sbx_call_ctx *ctx, const char *path,
                          sbx_plugin_file_info *info, sbx_error **error)
 {
-    static __thread char name[4096];
     const char *op = "stat_file";
     char *abs = e2b_abs(sb, path);
     json_object *b = json_object_new_object(), *j = NULL;
@@ -1464,8 +1461,7 @@ static int e2b_stat_file(sbx_plugin_sandbox *sb, const sbx_call_ctx *ctx, const 
     if (rc < 0)
         return -1;
     e2b_entry(cl_json_path(j, "entry", NULL), info);
-    snprintf(name, sizeof name, "%s", info->name ? info->name : "");
-    info->name = name;
+    info->name = cl_stat_name(info->name);
     json_object_put(j);
     return 0;
 }

@@ -889,20 +889,11 @@ static int tl_destroy_by_id(sbx_plugin_client *client, const sbx_call_ctx *ctx, 
 
 /* The files route for @path; a relative path is taken from the sandbox's
  * working directory (its workdir, else /), as a command would take it. */
-static char *tl_files_path_in(struct sbx_plugin_sandbox *sb, const char *route, const char *path)
-{
-    char *abs = sb && path[0] != '/' ? cl_path_in(sb->s.workdir ? sb->s.workdir : "/", path) : NULL;
-    char *e = cl_url_escape(abs ? abs : path);
-    char *s = e ? cl_printf("/api/v1/files%s?path=%s", route, e) : NULL;
-    free(e);
-    free(abs);
-    return s;
-}
-
-static char *tl_files_path(const char *route, const char *path)
-{
-    return tl_files_path_in(NULL, route, path);
-}
+#define tl_files_path_in(sb, route, path)                                                   \
+    cl_path_query("/api/v1/files" route "?path=", (sb)->s.workdir ? (sb)->s.workdir : "/", \
+                  (path))
+/* The files route for @path, absolute. */
+#define tl_files_path(route, path) cl_path_query("/api/v1/files" route "?path=", NULL, (path))
 
 static int tl_file_fail(struct sbx_plugin_sandbox *sb, const cl_resp *r, const char *op,
                         const char *path, const char *what, sbx_error **error)
