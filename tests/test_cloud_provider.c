@@ -346,6 +346,34 @@ Test(provider, trim_slash_and_path_in)
                          cases[i][1]);
         free(s);
     }
+    /* The route of a file named in the query: the path made absolute
+     * against the workdir (when one is given), percent-encoded. */
+    s = cl_path_query("/files?path=", "/w d", "a&b/c");
+    cr_assert_str_eq(s, "/files?path=%2Fw%20d%2Fa%26b%2Fc");
+    free(s);
+    s = cl_path_query("/files?path=", "/w", "/abs/f.txt");
+    cr_assert_str_eq(s, "/files?path=%2Fabs%2Ff.txt");
+    free(s);
+    s = cl_path_query("/x?p=", NULL, "rel");
+    cr_assert_str_eq(s, "/x?p=rel");
+    free(s);
+}
+
+/* A stat_file's name: copied into the thread's buffer, which outlives the
+ * name it was given; NULL is "". */
+Test(provider, stat_name_is_the_threads_copy)
+{
+    char *name = strdup("report.txt");
+    const char *kept = cl_stat_name(name);
+    cr_assert_neq(kept, name);
+    free(name);
+    cr_assert_str_eq(kept, "report.txt");
+    cr_assert_eq(cl_stat_name(NULL), kept);
+    cr_assert_str_eq(kept, "");
+    char longer[5000];
+    memset(longer, 'n', sizeof longer - 1);
+    longer[sizeof longer - 1] = '\0';
+    cr_assert_eq(strlen(cl_stat_name(longer)), 4095);
 }
 
 /* A plugin's sandbox: the head first. */
@@ -870,6 +898,163 @@ Test(provider, multipart_body_holds_fields_and_file_exactly)
     cr_assert_eq(cl_last()->code, SBX_ERROR_INVALID_ARGUMENT);
     cr_assert_str_eq(cl_last()->msg, "cannot read the data for /w/out.txt: Bad file descriptor");
     cl_buf_clear(&b);
+}
+
+/* A form's frame: the text fields in order, the file field's headers; the
+ * closing boundary and the Content-Type name the same random boundary. */
+Test(provider, form_frame_names_one_boundary)
+{
+    const char *const fields[] = { "permissions", "0755", "mode", "x", NULL };
+    cl_form f = { 0 };
+    cr_assert_eq(cl_form_begin(&f, fields, "file", "upload"), 0);
+    cr_assert_eq(strncmp(f.ctype, "multipart/form-data; boundary=sbx-form-", 39), 0, "%s",
+                 f.ctype);
+    const char *bnd = f.ctype + 30;
+    cr_assert_eq(strlen(bnd), 33);
+    char want[512];
+    snprintf(want, sizeof want,
+             "--%s\r\nContent-Disposition: form-data; name=\"permissions\"\r\n\r\n0755\r\n"
+             "--%s\r\nContent-Disposition: form-data; name=\"mode\"\r\n\r\nx\r\n"
+             "--%s\r\nContent-Disposition: form-data; name=\"file\"; filename=\"upload\""
+             "\r\nContent-Type: application/octet-stream\r\n\r\n", bnd, bnd, bnd);
+    cr_assert_str_eq(f.head.data, want);
+    cr_assert_eq(f.head.len, strlen(want));
+    snprintf(want, sizeof want, "\r\n--%s--\r\n", bnd);
+    cr_assert_str_eq(f.tail, want);
+    cr_assert_eq(f.tail_len, 41);
+    cl_form_clear(&f);
+    cr_assert_null(f.head.data);
+    cr_assert_eq(f.tail_len, 0);
+    /* No fields: the file field alone. */
+    cr_assert_eq(cl_form_begin(&f, NULL, "file", "file"), 0);
+    bnd = f.ctype + 30;
+    snprintf(want, sizeof want,
+             "--%s\r\nContent-Disposition: form-data; name=\"file\"; filename=\"file\""
+             "\r\nContent-Type: application/octet-stream\r\n\r\n", bnd);
+    cr_assert_str_eq(f.head.data, want);
+    cl_form_clear(&f);
+}
+
+/* Reads a cl_fd_body to its end in reads of at most @cap bytes. */
+static ssize_t fd_body_all(cl_fd_body *m, char *out, size_t max, size_t cap)
+{
+    size_t n = 0;
+    for (;;) {
+        ssize_t k = cl_fd_body_read(m, out + n, cap < max - n ? cap : max - n);
+        if (k <= 0)
+            return k < 0 ? -1 : (ssize_t)n;
+        n += (size_t)k;
+    }
+}
+
+/* A body streamed from a descriptor: head, the bytes, tail, in any size of
+ * read; spooled, it is read again from its start, the bytes from the
+ * spool; unspooled, it cannot be. */
+Test(provider, fd_body_streams_and_rewinds_from_its_spool)
+{
+    int fds[2];
+    cr_assert_eq(pipe(fds), 0);
+    static const char data[] = "one\0two\r\nthree";
+    cr_assert_eq(write(fds[1], data, sizeof data - 1), (ssize_t)(sizeof data - 1));
+    close(fds[1]);
+    static const char want[] = "HEAD:one\0two\r\nthree:TAIL";
+    cl_fd_body m;
+    cl_fd_body_init(&m, "HEAD:", 5, ":TAIL", 5, fds[0], 1, "stdin", "exec");
+    cr_assert_not_null(m.spool);
+    char out[64];
+    cr_assert_eq(fd_body_all(&m, out, sizeof out, 3), (ssize_t)(sizeof want - 1));
+    cr_assert_eq(memcmp(out, want, sizeof want - 1), 0);
+    cr_assert_eq(cl_fd_body_rewind(&m), 0);
+    memset(out, 0, sizeof out);
+    cr_assert_eq(fd_body_all(&m, out, sizeof out, 64), (ssize_t)(sizeof want - 1));
+    cr_assert_eq(memcmp(out, want, sizeof want - 1), 0);
+    cl_fd_body_clear(&m);
+    cr_assert_null(m.spool);
+    cr_assert_eq(cl_fd_body_rewind(&m), -1);
+    close(fds[0]);
+    /* Unspooled: read once; no rewind. */
+    cr_assert_eq(pipe(fds), 0);
+    cr_assert_eq(write(fds[1], "ab", 2), 2);
+    close(fds[1]);
+    cl_fd_body_init(&m, "<", 1, ">", 1, fds[0], 0, "the file", "write_file");
+    cr_assert_null(m.spool);
+    cr_assert_eq(fd_body_all(&m, out, sizeof out, 1), 4);
+    cr_assert_eq(memcmp(out, "<ab>", 4), 0);
+    cr_assert_eq(cl_fd_body_rewind(&m), -1);
+    cl_fd_body_clear(&m);
+    close(fds[0]);
+}
+
+static int infos_seen(const sbx_plugin_file_info *info, void *ud)
+{
+    cl_buf *b = ud;
+    cl_buf_printf(b, "%s:%d:%lld:%o;", info->name, info->is_dir, (long long)info->size,
+                  (unsigned)info->mode);
+    return strcmp(info->name, "stop") == 0;
+}
+
+/* A JSON listing's entries: name, directory flag (or all directories),
+ * size (-1 for a directory or when missing), mode from octal digits;
+ * entries without a name passed over; the callback's non-zero ends it. */
+Test(provider, file_infos_from_a_json_listing)
+{
+    json_object *a = json_tokener_parse(
+        "[{\"name\":\"f\",\"size\":12,\"isDir\":false,\"permissions\":\"100644\"},"
+        "{\"name\":\"d\",\"size\":4096,\"isDir\":true,\"permissions\":\"755\"},"
+        "{\"size\":3},{\"name\":\"n\"},{\"name\":\"stop\",\"size\":\"7\"},{\"name\":\"after\"}]");
+    cr_assert_not_null(a);
+    cl_buf b = { 0 };
+    cr_assert_eq(cl_file_infos_json(a, "isDir", 0, "permissions", infos_seen, &b), 1);
+    cr_assert_str_eq(b.data, "f:0:12:644;d:1:-1:755;n:0:-1:0;stop:0:7:0;");
+    cl_buf_clear(&b);
+    cr_assert_eq(cl_file_infos_json(a, NULL, 1, NULL, infos_seen, &b), 1);
+    cr_assert_str_eq(b.data, "f:1:-1:0;d:1:-1:0;n:1:-1:0;stop:1:-1:0;");
+    cl_buf_clear(&b);
+    sbx_plugin_file_info one = cl_file_info_json(json_object_array_get_idx(a, 0), "isDir", 0,
+                                                 NULL);
+    cr_assert_eq(one.struct_size, sizeof one);
+    cr_assert_str_eq(one.name, "f");
+    cr_assert_eq(one.size, 12);
+    cr_assert_eq(one.mode, 0);
+    json_object *o = json_object_new_object();
+    cr_assert_eq(cl_file_infos_json(o, "isDir", 0, NULL, infos_seen, &b), 0);
+    cr_assert_eq(cl_file_infos_json(NULL, "isDir", 0, NULL, infos_seen, &b), 0);
+    cr_assert_null(b.data);
+    json_object_put(o);
+    json_object_put(a);
+}
+
+static int sse_seen(void *ud, const char *event, const char *data, size_t n, const char *id)
+{
+    (void)id;
+    cl_buf_printf(ud, "%s=%.*s;", event, (int)n, data);
+    return strcmp(data, "end") == 0;
+}
+
+/* The readers' sinks feed the reader they are given, and fail as it does. */
+Test(provider, reader_sinks_feed_their_reader)
+{
+    cl_buf b = { 0 };
+    cl_sse s;
+    cl_sse_init(&s, sse_seen, &b);
+    cr_assert_eq(cl_sse_sink(&s, "event: out\nda", 13), 0);
+    cr_assert_eq(cl_sse_sink(&s, "ta: x\n\ndata: end\n\n", 18), 0);
+    cr_assert_str_eq(b.data, "out=x;message=end;");
+    cr_assert_eq(cl_sse_end(&s, "exec", NULL), 0);
+    cl_sse_clear(&s);
+    cl_buf_clear(&b);
+    cl_ndjson nd;
+    cl_ndjson_init(&nd, NULL, NULL);
+    cr_assert_eq(cl_ndjson_sink(&nd, "not json\n", 9), -1);
+    cr_assert_eq(cl_last()->code, SBX_ERROR_CONNECTION);
+    cl_ndjson_clear(&nd);
+    cl_connect cc;
+    cl_connect_init(&cc, NULL, NULL);
+    static const char compressed[] = { 0x01, 0, 0, 0, 0 };
+    cr_assert_eq(cl_connect_sink(&cc, compressed, sizeof compressed), -1);
+    cr_assert_str_eq(cl_last()->msg,
+                     "the Connect stream sent a compressed message (none was asked for)");
+    cl_connect_clear(&cc);
 }
 
 /* A plugin's sandbox struct around its head: zeroed, the id copied; the

@@ -57,6 +57,12 @@
 
 struct json_object;
 
+/* The version the plugins' descriptors and requests carry: the build's
+ * (configure defines it), else this. */
+#ifndef PACKAGE_VERSION
+#define PACKAGE_VERSION "0.1.0"
+#endif
+
 /* ------------------------------------------------------------------------ */
 /* Host services and errors (util.c)                                         */
 /* ------------------------------------------------------------------------ */
@@ -610,6 +616,16 @@ void cl_connect_init(cl_connect *s, cl_connect_fn fn, void *ud);
 int cl_connect_feed(cl_connect *s, const char *p, size_t n, const char *op, sbx_error **error);
 int cl_connect_end(cl_connect *s, const char *op, sbx_error **error);
 void cl_connect_clear(cl_connect *s);
+/**
+ * The cl_sink_fn of a command's output stream read by one of the readers
+ * above, @ud being the reader (a cl_sse *, a cl_ndjson *, a cl_connect *):
+ * the bytes fed to it, op "exec", its error (and its callback's) the
+ * thread's last error (cl_last()). 0, or -1 to end the transfer.
+ */
+int cl_sse_sink(void *ud, const char *p, size_t n);
+int cl_ndjson_sink(void *ud, const char *p, size_t n);
+int cl_connect_sink(void *ud, const char *p, size_t n);
+
 /** One envelope around @n bytes of @p (flags 0): a new buffer in @out. */
 int cl_connect_envelope(const void *p, size_t n, unsigned flags, cl_buf *out);
 

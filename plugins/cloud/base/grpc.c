@@ -17,10 +17,6 @@
 
 #include <curl/curl.h>
 
-#ifndef PACKAGE_VERSION
-#define PACKAGE_VERSION "0.1.0"
-#endif
-
 #define GRPC_METADATA_MAX 8
 #define GRPC_MSG_MAX ((size_t)64 << 20)
 #define GRPC_CONNECT_SECS 10.0

@@ -285,6 +285,31 @@ int cl_list_answer(int code, char *out, const char *shown, sbx_plugin_file_fn fn
     return 0;
 }
 
+sbx_plugin_file_info cl_file_info_json(json_object *e, const char *dir_key, int dir,
+                                       const char *perm_key)
+{
+    int64_t size = -1;
+    cl_json_int(e, "size", &size);
+    int is_dir = dir || (dir_key && cl_json_bool(e, dir_key));
+    const char *perm = perm_key ? cl_json_str(e, perm_key) : NULL;
+    return (sbx_plugin_file_info){ sizeof(sbx_plugin_file_info), cl_json_str(e, "name"), is_dir,
+                                   is_dir ? -1 : size,
+                                   perm ? (uint32_t)strtoul(perm, NULL, 8) & 07777 : 0 };
+}
+
+int cl_file_infos_json(json_object *arr, const char *dir_key, int dir, const char *perm_key,
+                       sbx_plugin_file_fn fn, void *ud)
+{
+    size_t n = json_object_is_type(arr, json_type_array) ? json_object_array_length(arr) : 0;
+    for (size_t i = 0; i < n; i++) {
+        sbx_plugin_file_info info = cl_file_info_json(json_object_array_get_idx(arr, i), dir_key,
+                                                      dir, perm_key);
+        if (info.name && fn(&info, ud) != 0)
+            return 1;
+    }
+    return 0;
+}
+
 int cl_list_files_run(sbx_plugin_sandbox *sb, const sbx_call_ctx *ctx, const char *dir,
                       const char *path, cl_run_out_fn run, sbx_plugin_file_fn fn, void *ud,
                       sbx_error **error)
@@ -870,6 +895,23 @@ char *cl_path_in(const char *workdir, const char *path)
         return strdup(path);
     size_t n = strlen(workdir);
     return cl_printf("%s%s%s", workdir, n && workdir[n - 1] == '/' ? "" : "/", path);
+}
+
+char *cl_path_query(const char *prefix, const char *workdir, const char *path)
+{
+    char *abs = cl_path_in(workdir, path);
+    char *e = abs ? cl_url_escape(abs) : NULL;
+    char *s = e ? cl_printf("%s%s", prefix, e) : NULL;
+    free(e);
+    free(abs);
+    return s;
+}
+
+const char *cl_stat_name(const char *name)
+{
+    static __thread char buf[4096];
+    snprintf(buf, sizeof buf, "%s", name ? name : "");
+    return buf;
 }
 
 int cl_sandbox_init(cl_sandbox *s, const char *id)
@@ -1978,19 +2020,42 @@ int cl_item_delete(cl_http *h, const sbx_call_ctx *ctx, const char *api, const c
 /* A multipart/form-data body (runloop's upload_file)                        */
 /* ------------------------------------------------------------------------ */
 
+int cl_form_begin(cl_form *f, const char *const *fields, const char *file_field,
+                  const char *filename)
+{
+    char bnd[40] = "sbx-form-";
+    cl_random_hex(bnd + 9, 12);
+    memset(f, 0, sizeof(*f));
+    int bad = 0;
+    for (size_t i = 0; !bad && fields && fields[i] && fields[i + 1]; i += 2)
+        bad = cl_buf_printf(&f->head, "--%s\r\nContent-Disposition: form-data; name=\"%s\""
+                            "\r\n\r\n%s\r\n", bnd, fields[i], fields[i + 1]) < 0;
+    bad = bad || cl_buf_printf(&f->head, "--%s\r\nContent-Disposition: form-data; name=\"%s\"; "
+                               "filename=\"%s\"\r\nContent-Type: application/octet-stream"
+                               "\r\n\r\n", bnd, file_field, filename) < 0;
+    if (bad) {
+        cl_form_clear(f);
+        return -1;
+    }
+    f->tail_len = (size_t)snprintf(f->tail, sizeof f->tail, "\r\n--%s--\r\n", bnd);
+    snprintf(f->ctype, sizeof f->ctype, "multipart/form-data; boundary=%s", bnd);
+    return 0;
+}
+
+void cl_form_clear(cl_form *f)
+{
+    cl_buf_clear(&f->head);
+    f->tail[0] = f->ctype[0] = '\0';
+    f->tail_len = 0;
+}
+
 int cl_multipart_body(cl_buf *out, char *ctype, size_t ctype_cap, const char *const *fields,
                       const char *file_field, const char *filename, int fd, const char *shown,
                       const char *op, sbx_error **error)
 {
-    char bnd[40] = "sbx-form-";
-    cl_random_hex(bnd + 9, 12);
-    int bad = ctype_cap < 64;
-    for (size_t i = 0; !bad && fields && fields[i] && fields[i + 1]; i += 2)
-        bad = cl_buf_printf(out, "--%s\r\nContent-Disposition: form-data; name=\"%s\"\r\n\r\n"
-                            "%s\r\n", bnd, fields[i], fields[i + 1]) < 0;
-    bad = bad || cl_buf_printf(out, "--%s\r\nContent-Disposition: form-data; name=\"%s\"; "
-                               "filename=\"%s\"\r\nContent-Type: application/octet-stream"
-                               "\r\n\r\n", bnd, file_field, filename) < 0;
+    cl_form f = { 0 };
+    int bad = ctype_cap < 64 || cl_form_begin(&f, fields, file_field, filename) < 0;
+    bad = bad || cl_buf_append(out, f.head.data, f.head.len) < 0;
     char chunk[65536];
     while (!bad) {
         ssize_t n = read(fd, chunk, sizeof chunk);
@@ -2000,18 +2065,91 @@ int cl_multipart_body(cl_buf *out, char *ctype, size_t ctype_cap, const char *co
             cl_context(cl_fail(error, SBX_ERROR_INVALID_ARGUMENT, op,
                                "cannot read the data for %s: %s", shown, strerror(errno)),
                        "path", shown);
+            cl_form_clear(&f);
             return -1;
         }
         if (n == 0)
             break;
         bad = cl_buf_append(out, chunk, (size_t)n) < 0;
     }
-    if (bad || cl_buf_printf(out, "\r\n--%s--\r\n", bnd) < 0) {
+    if (bad || cl_buf_append(out, f.tail, f.tail_len) < 0) {
+        cl_form_clear(&f);
         cl_fail(error, SBX_ERROR_RESOURCE_EXHAUSTED, op, "out of memory");
         return -1;
     }
-    snprintf(ctype, ctype_cap, "multipart/form-data; boundary=%s", bnd);
+    snprintf(ctype, ctype_cap, "%s", f.ctype);
+    cl_form_clear(&f);
     return 0;
+}
+
+void cl_fd_body_init(cl_fd_body *m, const char *head, size_t head_len, const char *tail,
+                     size_t tail_len, int fd, int spool, const char *what, const char *op)
+{
+    *m = (cl_fd_body){ .head = head, .tail = tail, .head_len = head_len, .tail_len = tail_len,
+                       .fd = fd, .what = what, .op = op };
+    if (spool && !(m->spool = tmpfile()))
+        CL_LOG(SBX_LOG_WARNING, "cannot make a spool file for %s (%s): it cannot be sent "
+               "again", what, strerror(errno));
+    m->spool_ok = m->spool != NULL;
+}
+
+ssize_t cl_fd_body_read(void *ud, char *buf, size_t cap)
+{
+    cl_fd_body *m = ud;
+    if (m->head_off < m->head_len) {
+        size_t n = m->head_len - m->head_off;
+        if (n > cap)
+            n = cap;
+        memcpy(buf, m->head + m->head_off, n);
+        m->head_off += n;
+        return (ssize_t)n;
+    }
+    if (m->replaying) {
+        size_t n = fread(buf, 1, cap, m->spool);
+        if (n > 0)
+            return (ssize_t)n;
+        m->replaying = 0;
+        if (ferror(m->spool) || fseek(m->spool, 0, SEEK_END) != 0) {
+            cl_fail(NULL, SBX_ERROR_EXECUTION_FAILED, m->op, "cannot read back the spooled "
+                    "%s: %s", m->what, strerror(errno ? errno : EIO));
+            return -1;
+        }
+    }
+    if (!m->at_eof) {
+        ssize_t n = cl_fd_source(&m->fd, buf, cap);
+        if (n > 0 && m->spool_ok && fwrite(buf, 1, (size_t)n, m->spool) != (size_t)n) {
+            CL_LOG(SBX_LOG_WARNING, "cannot spool %s (%s): it cannot be sent again", m->what,
+                   strerror(errno ? errno : EIO));
+            m->spool_ok = 0;
+        }
+        if (n != 0)
+            return n;
+        m->at_eof = 1;
+    }
+    size_t n = m->tail_len - m->tail_off;
+    if (n > cap)
+        n = cap;
+    memcpy(buf, m->tail + m->tail_off, n);
+    m->tail_off += n;
+    return (ssize_t)n;
+}
+
+int cl_fd_body_rewind(void *ud)
+{
+    cl_fd_body *m = ud;
+    if (!m->spool_ok || fflush(m->spool) != 0 || fseek(m->spool, 0, SEEK_SET) != 0)
+        return -1;
+    m->head_off = m->tail_off = 0;
+    m->replaying = 1;
+    return 0;
+}
+
+void cl_fd_body_clear(cl_fd_body *m)
+{
+    if (m->spool)
+        fclose(m->spool);
+    m->spool = NULL;
+    m->spool_ok = 0;
 }
 
 /* ------------------------------------------------------------------------ */

@@ -72,6 +72,8 @@
 
 #include "cloud.h"
 
+#include <stdio.h>
+
 /* ------------------------------------------------------------------------ */
 /* The gone flag                                                             */
 /* ------------------------------------------------------------------------ */
@@ -556,6 +558,20 @@ char *cl_trim_slash(const char *s);
 char *cl_path_in(const char *workdir, const char *path);
 
 /**
+ * The route of a file call that names its file in the query: @prefix
+ * ("/files?path=") then cl_path_in(@workdir, @path) percent-encoded
+ * (cl_url_escape()). A new string, NULL on no memory. Thread-safe.
+ */
+char *cl_path_query(const char *prefix, const char *workdir, const char *path);
+
+/**
+ * The name a stat_file slot hands back (it must outlive the call): @name
+ * (NULL: "") copied into a buffer of the calling thread's (at most 4095
+ * bytes kept), valid until that thread's next call. Returns the buffer.
+ */
+const char *cl_stat_name(const char *name);
+
+/**
  * What every plugin's sandbox starts with (its first member, so that the
  * slots below take the plugin's sbx_plugin_sandbox): the provider's id and
  * the gone flag. Not thread-safe to init or clear; the flag has its lock.
@@ -685,6 +701,13 @@ int cl_unexpose_port(sbx_plugin_sandbox *sb, const sbx_call_ctx *ctx, unsigned p
 /** The list_ports slot: NULL with cl_gone_error() (op list_ports) when the
  *  sandbox is gone, else cl_ports_list() (host memory). */
 char *cl_list_ports(sbx_plugin_sandbox *sb, const sbx_call_ctx *ctx, sbx_error **error);
+/** The port slots of a descriptor whose sandboxes keep their own list of
+ *  exposed ports (cl_expose_port(), cl_unexpose_port(), cl_list_ports()),
+ *  @resolve its resolve_port slot, in its designated initializer after
+ *  CL_PLUGIN_HEAD(). */
+#define CL_PORT_SLOTS(resolve)                                                              \
+    .expose_port = cl_expose_port, .unexpose_port = cl_unexpose_port,                       \
+    .resolve_port = (resolve), .list_ports = cl_list_ports
 /** The start of a resolve_port slot: -1 with cl_gone_error() (op
  *  resolve_port) when @s is gone, -1 with cl_port_not_exposed() when @port
  *  is not exposed, else 0. */
@@ -906,6 +929,29 @@ int cl_list_answer(int code, char *out, const char *shown, sbx_plugin_file_fn fn
                    const char *op, sbx_error **error);
 
 /**
+ * One entry of a provider's JSON listing of a directory (@e, a JSON object
+ * borrowed for the call) as a file info: name its string member "name"
+ * (borrowed from @e; NULL when missing), a directory when @dir is
+ * non-zero or else when its flag member @dir_key is true (cl_json_bool();
+ * @dir_key NULL: never), size its integer member "size" (-1 when missing,
+ * and for a directory), mode the octal digits of its string member
+ * @perm_key ("755"; the low 12 bits; 0 when missing or @perm_key is NULL).
+ * Pure; thread-safe.
+ */
+sbx_plugin_file_info cl_file_info_json(struct json_object *e, const char *dir_key, int dir,
+                                       const char *perm_key);
+
+/**
+ * Hands @fn (with @ud) the file info of each entry of the JSON array @arr
+ * (cl_file_info_json(@dir_key, @dir, @perm_key); NULL or not an array:
+ * none), in order, passing over those without a name, until @fn returns
+ * non-zero. Returns 1 when @fn stopped the listing, else 0. Thread-safe as
+ * @fn is.
+ */
+int cl_file_infos_json(struct json_object *arr, const char *dir_key, int dir,
+                       const char *perm_key, sbx_plugin_file_fn fn, void *ud);
+
+/**
  * A plugin's runner of a command whose stdout it keeps: 0 with its exit
  * status in *@code and its stdout (a new NUL-ended string, or NULL when
  * @out is NULL) in *@out; -1 with *@error set when it could not be run.
@@ -1115,6 +1161,55 @@ void cl_client_free_slot(sbx_plugin_client *c);
                     sbx_error **error)                                                      \
     {                                                                                       \
         return (del)(client, ctx, id, "destroy_by_id", error);                              \
+    }
+
+/**
+ * Defines @name, a static cl_reap_find_fn (the reaper's look-up, cloud.h)
+ * of a provider whose listing @list(client, ctx, item_fn, item_ud, op,
+ * error) calls the plugin's item callback on each sandbox: @list(ud, ctx,
+ * @one, &t, "create", error), @one the callback that gives the item's
+ * token and id to cl_token_ids_match() on its @ud, the cl_token_ids @t,
+ * then cl_ids_finish(). Returns as cl_ids_finish(). Thread-safe as @list
+ * is.
+ */
+#define CL_FIND_TOKEN(name, list, one)                                                      \
+    static int name(void *ud, const sbx_call_ctx *ctx, const char *token, char ***ids,      \
+                    sbx_error **error)                                                      \
+    {                                                                                       \
+        cl_token_ids t = { token, { 0 } };                                                  \
+        int rc = (list)(ud, ctx, (one), &t, "create", error);                               \
+        return cl_ids_finish(&t.ids, rc, ids, "create", error);                             \
+    }
+
+/**
+ * Defines two static functions of a provider whose listing filters its
+ * sandboxes by one label, @list(client, ctx, key, value, item_fn, item_ud,
+ * op, error) calling a cl_listed_fn on each sandbox whose label @key is
+ * @value, its items holding their id in the string member @id_key, their
+ * labels in the object member @labels_key and their creation time in the
+ * RFC 3339 member @created_key (NULL: none):
+ *  - @p_find_token, a cl_reap_find_fn (the reaper's look-up, cloud.h): the
+ *    ids of the sandboxes labelled CL_META_TOKEN=token (cl_ids_listed(),
+ *    cl_ids_finish(), op create);
+ *  - @p_list_owned, the list_owned slot: the sandboxes labelled
+ *    CL_META_BACKEND=@backend handed to the host's callback
+ *    (cl_owned_listed(), op list_owned).
+ * Both return 0, or -1 with *error set. Thread-safe as @list is.
+ */
+#define CL_LABEL_LISTING(p, list, backend, id_key, labels_key, created_key)                 \
+    static int p##_find_token(void *ud, const sbx_call_ctx *ctx, const char *token,         \
+                              char ***ids, sbx_error **error)                               \
+    {                                                                                       \
+        cl_listed_ids s = { { 0 }, (id_key) };                                              \
+        int rc = (list)(ud, ctx, CL_META_TOKEN, token, cl_ids_listed, &s, "create", error); \
+        return cl_ids_finish(&s.ids, rc, ids, "create", error);                             \
+    }                                                                                       \
+    static int p##_list_owned(sbx_plugin_client *client, const sbx_call_ctx *ctx,           \
+                              sbx_plugin_owned_fn fn, void *ud, sbx_error **error)          \
+    {                                                                                       \
+        cl_owned o = { fn, ud, (id_key), (labels_key), (created_key) };                     \
+        return (list)(client, ctx, CL_META_BACKEND, (backend), cl_owned_listed, &o,         \
+                      "list_owned", error);                                                 \
     }
 
 /**
@@ -1934,8 +2029,92 @@ int cl_item_delete(cl_http *h, const sbx_call_ctx *ctx, const char *api, const c
                    const char *id, const char *op, const char *what, sbx_error **error);
 
 /* ------------------------------------------------------------------------ */
-/* A multipart/form-data body (runloop's upload_file)                        */
+/* multipart/form-data bodies (runloop's, blaxel's and daytona's uploads),   */
+/* and a body streamed from a descriptor                                     */
 /* ------------------------------------------------------------------------ */
+
+/**
+ * The frame of a multipart/form-data body (RFC 7578) around one file's
+ * bytes: what goes before them (@head: the text fields, then the file
+ * field's headers), what goes after them (@tail: the closing boundary)
+ * and the Content-Type header's value (@ctype: "multipart/form-data;
+ * boundary=..."). The boundary is "sbx-form-" and 24 random hex digits.
+ * Made by cl_form_begin(), freed by cl_form_clear(). One per body; not
+ * thread-safe.
+ */
+typedef struct cl_form {
+    cl_buf head;        /* NUL-terminated; head.len bytes */
+    char tail[48];      /* NUL-terminated; tail_len bytes */
+    size_t tail_len;
+    char ctype[80];     /* NUL-terminated */
+} cl_form;
+
+/**
+ * Makes @f (its previous content not read: the caller starts from a
+ * zeroed or cleared one) for the text fields @fields ("name", "value",
+ * ... pairs, NULL-terminated; NULL for none), in their order, then the
+ * file field @file_field with filename @filename and type
+ * application/octet-stream. 0, or -1 on no memory (@f then cleared; no
+ * error stored: the caller names the call). Thread-safe.
+ */
+int cl_form_begin(cl_form *f, const char *const *fields, const char *file_field,
+                  const char *filename);
+
+/** Frees what cl_form_begin() made in @f (it can be made again). */
+void cl_form_clear(cl_form *f);
+
+/**
+ * A request body streamed from a descriptor between a fixed head and tail
+ * (a cl_form's frame around a file's bytes): its cl_source_fn is
+ * cl_fd_body_read(), its source_len -1 (chunked). With a spool (an unlinked
+ * host file, tmpfile(3)), every byte read from the descriptor is also kept
+ * there, so that the body can be sent again from its start
+ * (cl_fd_body_rewind()) after the provider answered before it read the
+ * body. Made by cl_fd_body_init(), freed by cl_fd_body_clear(). One
+ * request at a time; not thread-safe.
+ */
+typedef struct cl_fd_body {
+    const char *head, *tail;    /* borrowed: they outlive the body */
+    size_t head_len, tail_len, head_off, tail_off;
+    int fd;                     /* borrowed; read to its end */
+    int at_eof;
+    FILE *spool;                /* the unlinked host file, or NULL */
+    int spool_ok;               /* the spool holds every byte read so far */
+    int replaying;              /* reading the spool back before @fd */
+    const char *what;           /* what the bytes are ("stdin"), for the
+                                 * warnings and errors */
+    const char *op;             /* the call's op, for the errors */
+} cl_fd_body;
+
+/**
+ * Makes @m: @head (@head_len bytes), then what @fd holds to its end, then
+ * @tail (@tail_len bytes); with @spool non-zero a spool file is made, and
+ * when it cannot be, a warning is logged ("cannot make a spool file for
+ * @what (...): it cannot be sent again") and the body has none. @what and
+ * @op are borrowed (string constants). Thread-safe.
+ */
+void cl_fd_body_init(cl_fd_body *m, const char *head, size_t head_len, const char *tail,
+                     size_t tail_len, int fd, int spool, const char *what, const char *op);
+
+/**
+ * The cl_source_fn of a cl_fd_body @ud: the next bytes of the body, 0 at
+ * its end, -1 when @fd cannot be read (cl_fd_source()'s error) or the
+ * spool cannot be read back (execution_failed "cannot read back the
+ * spooled @what: ...", op @op, as the thread's last error). A spool that
+ * cannot be written is given up with a warning ("cannot spool @what
+ * (...): it cannot be sent again"): the body goes on without it.
+ */
+ssize_t cl_fd_body_read(void *ud, char *buf, size_t cap);
+
+/**
+ * Puts the cl_fd_body @ud back at its start, the bytes read so far to come
+ * from its spool: 0, or -1 when it has no whole spool (none was made, or
+ * writing it failed), nothing changed.
+ */
+int cl_fd_body_rewind(void *ud);
+
+/** Closes @m's spool (the descriptor is the caller's). */
+void cl_fd_body_clear(cl_fd_body *m);
 
 /**
  * Builds in @out (appended to; the caller clears it) a multipart/form-data

@@ -340,3 +340,18 @@ int cl_connect_error(cl_http *h, json_object *msg, const char *op, const char *w
     free(clean);
     return 1;
 }
+
+int cl_sse_sink(void *ud, const char *p, size_t n)
+{
+    return cl_sse_feed(ud, p, n, "exec", NULL) < 0 ? -1 : 0;
+}
+
+int cl_ndjson_sink(void *ud, const char *p, size_t n)
+{
+    return cl_ndjson_feed(ud, p, n, "exec", NULL) < 0 ? -1 : 0;
+}
+
+int cl_connect_sink(void *ud, const char *p, size_t n)
+{
+    return cl_connect_feed(ud, p, n, "exec", NULL) < 0 ? -1 : 0;
+}

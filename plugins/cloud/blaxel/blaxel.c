@@ -95,10 +95,6 @@
 
 #include <json-c/json.h>
 
-#ifndef PACKAGE_VERSION
-#define PACKAGE_VERSION "0.1.0"
-#endif
-
 #define BL_BACKEND "blaxel"
 #define BL_DEFAULT_API "https://api.blaxel.ai/v0"
 #define BL_DEFAULT_RUN "https://run.blaxel.ai"
@@ -731,21 +727,20 @@ static ssize_t bl_read_chunk(int fd, cl_buf *b, size_t cap)
 static int bl_form(cl_buf *out, char *ctype, size_t ctype_cap, const char *data, size_t n,
                    uint32_t mode)
 {
-    char bnd[40];
-    memcpy(bnd, "sbx-", 4);
-    cl_random_hex(bnd + 4, 16);
-    snprintf(ctype, ctype_cap, "multipart/form-data; boundary=%s", bnd);
+    char perm[8];
+    snprintf(perm, sizeof perm, "%04o", (unsigned)(mode & 07777));
+    const char *const fields[] = { "permissions", perm, NULL };
+    cl_form f = { 0 };
     out->len = 0;
-    int rc = 0;
-    if (mode)
-        rc |= cl_buf_printf(out, "--%s\r\nContent-Disposition: form-data; name=\"permissions\""
-                            "\r\n\r\n%04o\r\n", bnd, (unsigned)(mode & 07777));
-    rc |= cl_buf_printf(out, "--%s\r\nContent-Disposition: form-data; name=\"file\"; "
-                        "filename=\"file\"\r\nContent-Type: application/octet-stream\r\n\r\n",
-                        bnd);
-    rc |= cl_buf_append(out, data, n);
-    rc |= cl_buf_printf(out, "\r\n--%s--\r\n", bnd);
-    return rc ? -1 : 0;
+    int rc = cl_form_begin(&f, mode ? fields : NULL, "file", "file") < 0
+                     || cl_buf_append(out, f.head.data, f.head.len) < 0
+                     || cl_buf_append(out, data, n) < 0
+                     || cl_buf_append(out, f.tail, f.tail_len) < 0
+                 ? -1
+                 : 0;
+    snprintf(ctype, ctype_cap, "%s", f.ctype);
+    cl_form_clear(&f);
+    return rc;
 }
 
 /* Sends @body (a form) with @method to @route on @sb: 0, or -1. */
@@ -945,23 +940,9 @@ static int bl_list_files(sbx_plugin_sandbox *sb, const sbx_call_ctx *ctx, const 
         json_object_put(j);
         return -1;
     }
-    int stop = 0;
-    for (int dir = 1; dir >= 0 && !stop; dir--) {
-        json_object *es = dir ? subs : files;
-        size_t n = json_object_is_type(es, json_type_array) ? json_object_array_length(es) : 0;
-        for (size_t i = 0; i < n && !stop; i++) {
-            json_object *e = json_object_array_get_idx(es, i);
-            int64_t size = -1;
-            if (!dir)
-                cl_json_int(e, "size", &size);
-            const char *perm = cl_json_str(e, "permissions");
-            uint32_t mode = perm ? (uint32_t)strtoul(perm, NULL, 8) & 07777 : 0;
-            sbx_plugin_file_info info = { sizeof(info), cl_json_str(e, "name"), dir,
-                                          dir ? -1 : size, mode };
-            if (info.name)
-                stop = fn(&info, ud) != 0;
-        }
-    }
+    /* The subdirectories first, then the files. */
+    if (!cl_file_infos_json(subs, NULL, 1, "permissions", fn, ud))
+        cl_file_infos_json(files, NULL, 0, "permissions", fn, ud);
     json_object_put(j);
     return 0;
 }
@@ -1027,12 +1008,6 @@ static int bl_on_line(void *ud, json_object *j)
     }
     json_object_put(res);
     return 1;
-}
-
-static int bl_nd_sink(void *ud, const char *p, size_t n)
-{
-    bl_stream *s = ud;
-    return cl_ndjson_feed(&s->nd, p, n, "exec", NULL) < 0 ? -1 : 0;
 }
 
 /* The exit code of a process whose status is not running, from its
@@ -1156,7 +1131,7 @@ static int bl_run(struct sbx_plugin_sandbox *sb, const sbx_call_ctx *ctx, const 
     const char *bs = json_object_to_json_string_ext(b, JSON_C_TO_STRING_PLAIN);
     static const char *const h[] = { "Accept: text/event-stream", NULL };
     cl_req rq = { .method = "POST", .headers = h, .body = bs, .body_len = strlen(bs),
-                  .sink = bl_nd_sink, .sink_ud = sp, .idempotent = CL_UNSAFE,
+                  .sink = cl_ndjson_sink, .sink_ud = &sp->nd, .idempotent = CL_UNSAFE,
                   .what = "run the command" };
     cl_resp r = { 0 };
     int rc = bl_host(sb, ctx, &rq, "/process", &r, 0, op, error);

@@ -122,10 +122,6 @@
 
 #include <json-c/json.h>
 
-#ifndef PACKAGE_VERSION
-#define PACKAGE_VERSION "0.1.0"
-#endif
-
 #define CF_BACKEND "cloudflare"
 #define CF_STATE_VERSION 1
 #define CF_SNAP_PREFIX "cfsnap-"
@@ -394,12 +390,6 @@ static int cf_on_event(void *ud, const char *event, const char *data, size_t n, 
     return 0;   /* an event the contract does not name */
 }
 
-static int cf_sse_sink(void *ud, const char *p, size_t n)
-{
-    cf_stream *s = ud;
-    return cl_sse_feed(&s->sse, p, n, "exec", NULL);
-}
-
 /* The error of an "error" event. */
 static sbx_error *cf_event_error(cf_stream *s, const char *op, sbx_error **error)
 {
@@ -446,7 +436,7 @@ static int cf_exec_call(struct sbx_plugin_sandbox *sb, const sbx_call_ctx *ctx,
     static const char *const h[] = { "Accept: text/event-stream", NULL };
     cl_sse_init(&s->sse, cf_on_event, s);
     cl_req rq = { .method = "POST", .headers = h, .body = bs, .body_len = strlen(bs),
-                  .sink = cf_sse_sink, .sink_ud = s, .idempotent = CL_UNSAFE,
+                  .sink = cl_sse_sink, .sink_ud = &s->sse, .idempotent = CL_UNSAFE,
                   .what = "run a command" };
     cl_resp r = { 0 };
     int rc = cf_call(sb->s.c, ctx, sb->s.id, "/exec", &rq, &r, op, error);

@@ -178,10 +178,6 @@
 
 #include <json-c/json.h>
 
-#ifndef PACKAGE_VERSION
-#define PACKAGE_VERSION "0.1.0"
-#endif
-
 #define DT_BACKEND "daytona"
 #define DT_DEFAULT_URL "https://app.daytona.io/api"
 #define DT_STATE_VERSION 1
@@ -304,14 +300,9 @@ static int dt_list(struct sbx_plugin_client *c, const sbx_call_ctx *ctx, const c
     return rc;
 }
 
-/* The reaper's look-up (cloud.h): the sandboxes labelled with @token. */
-static int dt_find_token(void *ud, const sbx_call_ctx *ctx, const char *token, char ***ids,
-                         sbx_error **error)
-{
-    cl_listed_ids s = { { 0 }, "id" };
-    int rc = dt_list(ud, ctx, CL_META_TOKEN, token, cl_ids_listed, &s, "create", error);
-    return cl_ids_finish(&s.ids, rc, ids, "create", error);
-}
+/* The reaper's look-up (cloud.h): the sandboxes labelled with a create
+ * token; and the sandboxes this backend made: label sbx_backend=daytona. */
+CL_LABEL_LISTING(dt, dt_list, DT_BACKEND, "id", "labels", NULL)
 
 /* A sandbox in error or build_failed never starts (an execution failure
  * with the state and errorReason); a destroyed or destroying one is gone
@@ -1069,15 +1060,6 @@ static char *dt_snapshot(sbx_plugin_sandbox *sb, const sbx_call_ctx *ctx, sbx_er
     return out;
 }
 
-/* The sandboxes this backend made: label sbx_backend=daytona. */
-static int dt_list_owned(sbx_plugin_client *client, const sbx_call_ctx *ctx,
-                         sbx_plugin_owned_fn fn, void *ud, sbx_error **error)
-{
-    cl_owned o = { fn, ud, "id", "labels", NULL };
-    return dt_list(client, ctx, CL_META_BACKEND, DT_BACKEND, cl_owned_listed, &o, "list_owned",
-                   error);
-}
-
 CL_DESTROY_BY_ID(dt_destroy_by_id, dt_delete)
 
 /* ------------------------------------------------------------------------ */
@@ -1092,14 +1074,6 @@ static sbx_error *dt_path_error(sbx_error **error, const char *op, const char *p
     return err;
 }
 
-static char *dt_query_path(const char *prefix, const char *path)
-{
-    char *e = cl_url_escape(path);
-    char *s = e ? cl_printf("%s%s", prefix, e) : NULL;
-    free(e);
-    return s;
-}
-
 /* A GET of the toolbox's files route @route ("/files/download?path=") on
  * @path (dt_abs): 0 with the 2xx answer in @r (or sunk by @rq), else -1
  * with the error naming @path, not_found "no such @missing in the sandbox:
@@ -1108,9 +1082,7 @@ static int dt_files_get(struct sbx_plugin_sandbox *sb, const sbx_call_ctx *ctx,
                         const char *route, const char *path, cl_req *rq, cl_resp *r,
                         const char *missing, const char *op, sbx_error **error)
 {
-    char *ap = dt_abs(sb, path);
-    char *q = ap ? dt_query_path(route, ap) : NULL;
-    free(ap);
+    char *q = cl_path_query(route, sb->s.workdir, path);
     if (!q) {
         cl_fail(error, SBX_ERROR_RESOURCE_EXHAUSTED, op, "out of memory");
         return -1;
@@ -1136,111 +1108,35 @@ static int dt_read_file(sbx_plugin_sandbox *sb, const sbx_call_ctx *ctx, const c
     return rc;
 }
 
-/* A multipart body streamed from a descriptor: head, the bytes, tail.
- * With a spool, every byte read from the descriptor is also kept there, so
- * that the body can be sent again from its start (dt_mp_rewind). */
-typedef struct dt_mp_source {
-    const char *head, *tail;
-    size_t head_len, tail_len, head_off, tail_off;
-    int fd;
-    int at_eof;
-    FILE *spool;        /* an unlinked host file, or NULL */
-    int spool_ok;       /* the spool holds every byte read so far */
-    int replaying;      /* reading the spool back before the descriptor */
-} dt_mp_source;
-
-static ssize_t dt_mp_read(void *ud, char *buf, size_t cap)
-{
-    dt_mp_source *m = ud;
-    if (m->head_off < m->head_len) {
-        size_t n = m->head_len - m->head_off;
-        if (n > cap)
-            n = cap;
-        memcpy(buf, m->head + m->head_off, n);
-        m->head_off += n;
-        return (ssize_t)n;
-    }
-    if (m->replaying) {
-        size_t n = fread(buf, 1, cap, m->spool);
-        if (n > 0)
-            return (ssize_t)n;
-        m->replaying = 0;
-        if (ferror(m->spool) || fseek(m->spool, 0, SEEK_END) != 0) {
-            cl_fail(NULL, SBX_ERROR_EXECUTION_FAILED, "exec", "cannot read back the spooled "
-                    "stdin: %s", strerror(errno ? errno : EIO));
-            return -1;
-        }
-    }
-    if (!m->at_eof) {
-        ssize_t n = cl_fd_source(&m->fd, buf, cap);
-        if (n > 0 && m->spool_ok && fwrite(buf, 1, (size_t)n, m->spool) != (size_t)n) {
-            CL_LOG(SBX_LOG_WARNING, "cannot spool stdin (%s): it cannot be sent again",
-                   strerror(errno ? errno : EIO));
-            m->spool_ok = 0;
-        }
-        if (n != 0)
-            return n;
-        m->at_eof = 1;
-    }
-    size_t n = m->tail_len - m->tail_off;
-    if (n > cap)
-        n = cap;
-    memcpy(buf, m->tail + m->tail_off, n);
-    m->tail_off += n;
-    return (ssize_t)n;
-}
-
-/* Puts a spooled source back at its start: 0, or -1 (no whole spool). */
-static int dt_mp_rewind(void *ud)
-{
-    dt_mp_source *m = ud;
-    if (!m->spool_ok || fflush(m->spool) != 0 || fseek(m->spool, 0, SEEK_SET) != 0)
-        return -1;
-    m->head_off = m->tail_off = 0;
-    m->replaying = 1;
-    return 0;
-}
-
 /* Uploads the bytes of @fd to @path (multipart field "file"). With @spool
  * set, the bytes are also kept in an unlinked host file (tmpfile(3)) while
  * they are sent, so that the upload is sent again after the sandbox was
  * started (a stopped sandbox answers before it reads the body); without
  * it (or when the host file cannot be made or written: a warning), a
- * stopped sandbox fails the upload. */
+ * stopped sandbox fails the upload. Only a command's stdin is spooled. */
 static int dt_upload(struct sbx_plugin_sandbox *sb, const sbx_call_ctx *ctx, const char *path,
                      int fd, int spool, const char *op, sbx_error **error)
 {
-    char boundary[40] = "sbx";
-    cl_random_hex(boundary + 3, 16);
-    char *head = cl_printf("--%s\r\nContent-Disposition: form-data; name=\"file\"; "
-                           "filename=\"upload\"\r\nContent-Type: application/octet-stream\r\n\r\n",
-                           boundary);
-    char *tail = cl_printf("\r\n--%s--\r\n", boundary);
-    char *ctype = cl_printf("multipart/form-data; boundary=%s", boundary);
-    char *q = dt_query_path("/files/upload?path=", path);
-    FILE *f = spool ? tmpfile() : NULL;
-    if (spool && !f)
-        CL_LOG(SBX_LOG_WARNING, "cannot make a spool file for stdin (%s): it cannot be sent "
-               "again", strerror(errno));
+    cl_form f = { 0 };
+    char *q = cl_path_query("/files/upload?path=", NULL, path);
     int rc = -1;
-    if (head && tail && ctype && q) {
-        dt_mp_source m = { head, tail, strlen(head), strlen(tail), 0, 0, fd, 0, f, f != NULL, 0 };
-        cl_req rq = { .method = "POST", .content_type = ctype, .source = dt_mp_read,
+    if (q && cl_form_begin(&f, NULL, "file", "upload") == 0) {
+        cl_fd_body m;
+        cl_fd_body_init(&m, f.head.data, f.head.len, f.tail, f.tail_len, fd, spool, "stdin", op);
+        cl_req rq = { .method = "POST", .content_type = f.ctype, .source = cl_fd_body_read,
                       .source_ud = &m, .source_len = -1, .idempotent = CL_UNSAFE,
                       .what = "upload the file" };
         cl_resp r = { 0 };
-        rc = dt_toolbox_rw(sb, ctx, &rq, q, &r, f ? dt_mp_rewind : NULL, &m, 1, op, error);
+        rc = dt_toolbox_rw(sb, ctx, &rq, q, &r, m.spool ? cl_fd_body_rewind : NULL, &m, 1, op,
+                           error);
         if (rc < 0)
             dt_path_error(error, op, path);
         cl_resp_clear(&r);
+        cl_fd_body_clear(&m);
     } else {
         cl_fail(error, SBX_ERROR_RESOURCE_EXHAUSTED, op, "out of memory");
     }
-    if (f)
-        fclose(f);
-    free(head);
-    free(tail);
-    free(ctype);
+    cl_form_clear(&f);
     free(q);
     return rc;
 }
@@ -1290,12 +1186,6 @@ static int dt_write_file(sbx_plugin_sandbox *sb, const sbx_call_ctx *ctx, const 
                          error);
 }
 
-static uint32_t dt_mode_of(json_object *e)
-{
-    const char *p = cl_json_str(e, "permissions");
-    return p ? (uint32_t)strtoul(p, NULL, 8) & 07777 : 0;
-}
-
 static int dt_list_files(sbx_plugin_sandbox *sb, const sbx_call_ctx *ctx, const char *path,
                          sbx_plugin_file_fn fn, void *ud, sbx_error **error)
 {
@@ -1310,22 +1200,10 @@ static int dt_list_files(sbx_plugin_sandbox *sb, const sbx_call_ctx *ctx, const 
     cl_resp_clear(&r);
     if (!j)
         return -1;
-    size_t n = json_object_is_type(j, json_type_array) ? json_object_array_length(j) : 0;
-    for (size_t i = 0; i < n; i++) {
-        json_object *e = json_object_array_get_idx(j, i);
-        int64_t size = -1;
-        cl_json_int(e, "size", &size);
-        int is_dir = cl_json_bool(e, "isDir");
-        sbx_plugin_file_info info = { sizeof(info), cl_json_str(e, "name"), is_dir,
-                                      is_dir ? -1 : size, dt_mode_of(e) };
-        if (info.name && fn(&info, ud) != 0)
-            break;
-    }
+    cl_file_infos_json(j, "isDir", 0, "permissions", fn, ud);
     json_object_put(j);
     return 0;
 }
-
-static __thread char dt_stat_name[4096];
 
 static int dt_stat_file(sbx_plugin_sandbox *sb, const sbx_call_ctx *ctx, const char *path,
                         sbx_plugin_file_info *info, sbx_error **error)
@@ -1341,15 +1219,8 @@ static int dt_stat_file(sbx_plugin_sandbox *sb, const sbx_call_ctx *ctx, const c
     cl_resp_clear(&r);
     if (!j)
         return -1;
-    const char *name = cl_json_str(j, "name");
-    snprintf(dt_stat_name, sizeof dt_stat_name, "%s", name ? name : "");
-    int64_t size = -1;
-    cl_json_int(j, "size", &size);
-    info->struct_size = sizeof(*info);
-    info->name = dt_stat_name;
-    info->is_dir = cl_json_bool(j, "isDir");
-    info->size = info->is_dir ? -1 : size;
-    info->mode = dt_mode_of(j);
+    *info = cl_file_info_json(j, "isDir", 0, "permissions");
+    info->name = cl_stat_name(info->name);
     json_object_put(j);
     return 0;
 }
@@ -2331,10 +2202,7 @@ static const sbx_plugin dt_plugin = {
     .stat_file = dt_stat_file,
     .stop = dt_stop,
     .start = dt_start,
-    .expose_port = cl_expose_port,
-    .unexpose_port = cl_unexpose_port,
-    .resolve_port = dt_resolve_port,
-    .list_ports = cl_list_ports,
+    CL_PORT_SLOTS(dt_resolve_port),
 };
 
 CL_PLUGIN_EXPORT(&dt_plugin)

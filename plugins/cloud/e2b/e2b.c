@@ -115,10 +115,6 @@
 
 #include <json-c/json.h>
 
-#ifndef PACKAGE_VERSION
-#define PACKAGE_VERSION "0.1.0"
-#endif
-
 #define E2B_BACKEND "e2b"
 #define E2B_DEFAULT_DOMAIN "e2b.app"
 #define E2B_ENVD_PORT "49983"
@@ -671,12 +667,6 @@ static int e2b_on_frame(void *ud, unsigned flags, const char *p, size_t n)
     return rc;
 }
 
-static int e2b_stream_sink(void *ud, const char *p, size_t n)
-{
-    e2b_stream *s = ud;
-    return cl_connect_feed(&s->cs, p, n, "exec", NULL);
-}
-
 /* process.proto's PTY message: {"size":{"rows","cols"}}. */
 static json_object *e2b_pty_size(unsigned rows, unsigned cols)
 {
@@ -735,8 +725,8 @@ static int e2b_stream_call(e2b_proc *p, const sbx_call_ctx *ctx, e2b_stream *s, 
         return -1;
     }
     cl_req rq = { .method = "POST", .content_type = "application/connect+json",
-                  .body = env.data, .body_len = env.len, .sink = e2b_stream_sink,
-                  .sink_ud = s, .idempotent = idem, .what = "run the command" };
+                  .body = env.data, .body_len = env.len, .sink = cl_connect_sink,
+                  .sink_ud = &s->cs, .idempotent = idem, .what = "run the command" };
     int rc = e2b_envd(p->sb, ctx, &rq, rpc, p->user, ka, r, op, error);
     free(ka);
     cl_buf_clear(&env);
@@ -1354,25 +1344,11 @@ static int e2b_list(struct sbx_plugin_client *c, const sbx_call_ctx *ctx, const 
     return rc;
 }
 
-/* The sandboxes this backend made: metadata sbx_backend=e2b. */
-static int e2b_list_owned(sbx_plugin_client *client, const sbx_call_ctx *ctx,
-                          sbx_plugin_owned_fn fn, void *ud, sbx_error **error)
-{
-    cl_owned o = { fn, ud, "sandboxID", "metadata", "startedAt" };
-    return e2b_list(client, ctx, CL_META_BACKEND, E2B_BACKEND, cl_owned_listed, &o, "list_owned",
-                    error);
-}
+/* The sandboxes this backend made (metadata sbx_backend=e2b), and the
+ * reaper's look-up: the sandboxes carrying a create token. */
+CL_LABEL_LISTING(e2b, e2b_list, E2B_BACKEND, "sandboxID", "metadata", "startedAt")
 
 CL_DESTROY_BY_ID(e2b_destroy_by_id, e2b_delete)
-
-/* The reaper's look-up: the sandboxes carrying create token @token. */
-static int e2b_find_token(void *ud, const sbx_call_ctx *ctx, const char *token, char ***ids,
-                          sbx_error **error)
-{
-    cl_listed_ids s = { { 0 }, "sandboxID" };
-    int rc = e2b_list(ud, ctx, CL_META_TOKEN, token, cl_ids_listed, &s, "create", error);
-    return cl_ids_finish(&s.ids, rc, ids, "create", error);
-}
 
 /* ------------------------------------------------------------------------ */
 /* Files: envd's /files as raw bytes (CASE-17), Filesystem for listings      */
@@ -1380,13 +1356,11 @@ static int e2b_find_token(void *ud, const sbx_call_ctx *ctx, const char *token, 
 
 static char *e2b_files_path(struct sbx_plugin_sandbox *sb, const char *path)
 {
-    char *abs = e2b_abs(sb, path);
-    char *e = abs ? cl_url_escape(abs) : NULL;
+    char *q = cl_path_query("/files?path=", sb->s.workdir, path);
     char *u = cl_url_escape(sb->user ? sb->user : E2B_DEFAULT_USER);
-    char *s = e && u ? cl_printf("/files?path=%s&username=%s", e, u) : NULL;
+    char *s = q && u ? cl_printf("%s&username=%s", q, u) : NULL;
     free(u);
-    free(e);
-    free(abs);
+    free(q);
     return s;
 }
 
@@ -1476,7 +1450,6 @@ static int e2b_list_files(sbx_plugin_sandbox *sb, const sbx_call_ctx *ctx, const
 static int e2b_stat_file(sbx_plugin_sandbox *sb, const sbx_call_ctx *ctx, const char *path,
                          sbx_plugin_file_info *info, sbx_error **error)
 {
-    static __thread char name[4096];
     const char *op = "stat_file";
     char *abs = e2b_abs(sb, path);
     json_object *b = json_object_new_object(), *j = NULL;
@@ -1488,8 +1461,7 @@ static int e2b_stat_file(sbx_plugin_sandbox *sb, const sbx_call_ctx *ctx, const 
     if (rc < 0)
         return -1;
     e2b_entry(cl_json_path(j, "entry", NULL), info);
-    snprintf(name, sizeof name, "%s", info->name ? info->name : "");
-    info->name = name;
+    info->name = cl_stat_name(info->name);
     json_object_put(j);
     return 0;
 }
@@ -1514,10 +1486,7 @@ static const sbx_plugin e2b_plugin = {
     .stat_file = e2b_stat_file,
     .stop = e2b_stop,
     .start = e2b_start,
-    .expose_port = cl_expose_port,
-    .unexpose_port = cl_unexpose_port,
-    .resolve_port = e2b_resolve_port,
-    .list_ports = cl_list_ports,
+    CL_PORT_SLOTS(e2b_resolve_port),
 };
 
 CL_PLUGIN_EXPORT(&e2b_plugin)

@@ -81,10 +81,6 @@
 
 #include <json-c/json.h>
 
-#ifndef PACKAGE_VERSION
-#define PACKAGE_VERSION "0.1.0"
-#endif
-
 #define K8_BACKEND "kubernetes"
 #define K8_DEFAULT_IMAGE "debian:bookworm-slim"
 #define K8_CONTAINER "sandbox"

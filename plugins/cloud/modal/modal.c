@@ -119,10 +119,6 @@
 
 #include <json-c/json.h>
 
-#ifndef PACKAGE_VERSION
-#define PACKAGE_VERSION "0.1.0"
-#endif
-
 #define MODAL_BACKEND "modal"
 #define MODAL_SERVER "https://api.modal.com"
 #define MODAL_FAILOVER "https://api.modal2.com"
@@ -2416,7 +2412,6 @@ static int modal_list_files(sbx_plugin_sandbox *sb, const sbx_call_ctx *ctx, con
 static int modal_stat_file(sbx_plugin_sandbox *sb, const sbx_call_ctx *ctx, const char *path,
                            sbx_plugin_file_info *info, sbx_error **error)
 {
-    static __thread char name[4096];
     const char *op = "stat_file";
     if (modal_check(sb, op, error) < 0)
         return -1;
@@ -2434,8 +2429,7 @@ static int modal_stat_file(sbx_plugin_sandbox *sb, const sbx_call_ctx *ctx, cons
             sbx_plugin_file_info one = { sizeof(one), NULL, 0, -1, 0 };
             modal_parse_entries(&out, NULL, NULL, &one);
             if (one.name) {
-                snprintf(name, sizeof name, "%s", one.name);
-                one.name = name;
+                one.name = cl_stat_name(one.name);
                 *info = one;
                 rc = 0;
             } else {

@@ -84,10 +84,6 @@
 
 #include <json-c/json.h>
 
-#ifndef PACKAGE_VERSION
-#define PACKAGE_VERSION "0.1.0"
-#endif
-
 #define RL_BACKEND "runloop"
 #define RL_DEFAULT_URL "https://api.runloop.ai"
 #define RL_STATE_VERSION 1
@@ -597,13 +593,7 @@ static int rl_id_one(void *ud, json_object *it)
 }
 
 /* The reaper's look-up: the devboxes carrying create token @token. */
-static int rl_find_token(void *ud, const sbx_call_ctx *ctx, const char *token, char ***ids,
-                         sbx_error **error)
-{
-    cl_token_ids s = { token, { 0 } };
-    int rc = rl_list(ud, ctx, rl_id_one, &s, "create", error);
-    return cl_ids_finish(&s.ids, rc, ids, "create", error);
-}
+CL_FIND_TOKEN(rl_find_token, rl_list, rl_id_one)
 
 CL_SETUP(rl_setup, RL_BACKEND)
 

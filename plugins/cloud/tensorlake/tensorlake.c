@@ -134,10 +134,6 @@
 
 #include <json-c/json.h>
 
-#ifndef PACKAGE_VERSION
-#define PACKAGE_VERSION "0.1.0"
-#endif
-
 #define TL_BACKEND "tensorlake"
 #define TL_DEFAULT_URL "https://api.tensorlake.ai"
 #define TL_STATE_VERSION 1
@@ -210,13 +206,7 @@ static int tl_list(struct sbx_plugin_client *c, const sbx_call_ctx *ctx,
                    const char *op, sbx_error **error);
 
 /* The reaper's look-up (cloud.h): the sandboxes named @token. */
-static int tl_find_token(void *ud, const sbx_call_ctx *ctx, const char *token, char ***ids,
-                         sbx_error **error)
-{
-    cl_token_ids t = { token, { 0 } };
-    int rc = tl_list(ud, ctx, tl_token_one, &t, "create", error);
-    return cl_ids_finish(&t.ids, rc, ids, "create", error);
-}
+CL_FIND_TOKEN(tl_find_token, tl_list, tl_token_one)
 
 /* The gone error of sandbox @id, with its status and termination reason
  * from @view (may be NULL). */
@@ -899,20 +889,11 @@ static int tl_destroy_by_id(sbx_plugin_client *client, const sbx_call_ctx *ctx, 
 
 /* The files route for @path; a relative path is taken from the sandbox's
  * working directory (its workdir, else /), as a command would take it. */
-static char *tl_files_path_in(struct sbx_plugin_sandbox *sb, const char *route, const char *path)
-{
-    char *abs = sb && path[0] != '/' ? cl_path_in(sb->s.workdir ? sb->s.workdir : "/", path) : NULL;
-    char *e = cl_url_escape(abs ? abs : path);
-    char *s = e ? cl_printf("/api/v1/files%s?path=%s", route, e) : NULL;
-    free(e);
-    free(abs);
-    return s;
-}
-
-static char *tl_files_path(const char *route, const char *path)
-{
-    return tl_files_path_in(NULL, route, path);
-}
+#define tl_files_path_in(sb, route, path)                                                   \
+    cl_path_query("/api/v1/files" route "?path=", (sb)->s.workdir ? (sb)->s.workdir : "/", \
+                  (path))
+/* The files route for @path, absolute. */
+#define tl_files_path(route, path) cl_path_query("/api/v1/files" route "?path=", NULL, (path))
 
 static int tl_file_fail(struct sbx_plugin_sandbox *sb, const cl_resp *r, const char *op,
                         const char *path, const char *what, sbx_error **error)
@@ -989,18 +970,7 @@ static int tl_list_files(sbx_plugin_sandbox *sb, const sbx_call_ctx *ctx, const 
     cl_resp_clear(&r);
     if (!j)
         return -1;
-    json_object *es = cl_json_path(j, "entries", NULL);
-    size_t n = es && json_object_is_type(es, json_type_array) ? json_object_array_length(es) : 0;
-    for (size_t i = 0; i < n; i++) {
-        json_object *e = json_object_array_get_idx(es, i);
-        int64_t size = -1;
-        cl_json_int(e, "size", &size);
-        int is_dir = cl_json_bool(e, "is_dir");
-        sbx_plugin_file_info info = { sizeof(info), cl_json_str(e, "name"), is_dir,
-                                      is_dir ? -1 : size, 0 };
-        if (info.name && fn(&info, ud) != 0)
-            break;
-    }
+    cl_file_infos_json(cl_json_path(j, "entries", NULL), "is_dir", 0, NULL, fn, ud);
     json_object_put(j);
     return 0;
 }
@@ -1099,12 +1069,6 @@ static int tl_on_event(void *ud, const char *event, const char *data, size_t n, 
     return rc;
 }
 
-static int tl_sse_sink(void *ud, const char *p, size_t n)
-{
-    tl_stream *s = ud;
-    return cl_sse_feed(&s->sse, p, n, "exec", NULL);
-}
-
 /* The run request: "bash -c @script" with the per-call @env, the keys of
  * @env in CL_CALL_KEYS (the create's file leaves them alone) and, when
  * @mark is given, CL_EXEC_MARK=@mark on every process of the command. */
@@ -1138,7 +1102,7 @@ static int tl_run_short(struct sbx_plugin_sandbox *sb, const sbx_call_ctx *ctx, 
     const char *bs = json_object_to_json_string_ext(b, JSON_C_TO_STRING_PLAIN);
     static const char *const h[] = { "Accept: text/event-stream", NULL };
     cl_req rq = { .method = "POST", .headers = h, .body = bs, .body_len = strlen(bs),
-                  .sink = tl_sse_sink, .sink_ud = &s, .idempotent = CL_UNSAFE,
+                  .sink = cl_sse_sink, .sink_ud = &s.sse, .idempotent = CL_UNSAFE,
                   .what = "run a command" };
     cl_resp r = { 0 };
     int rc = tl_host(sb, ctx, &rq, "/api/v1/processes/run", &r, 0, op, error);
@@ -1427,7 +1391,7 @@ static int tl_exec_run(cl_proc *base)
     const char *bs = json_object_to_json_string_ext(b, JSON_C_TO_STRING_PLAIN);
     static const char *const h[] = { "Accept: text/event-stream", NULL };
     cl_req rq = { .method = "POST", .headers = h, .body = bs, .body_len = strlen(bs),
-                  .sink = tl_sse_sink, .sink_ud = &s, .idempotent = CL_UNSAFE,
+                  .sink = cl_sse_sink, .sink_ud = &s.sse, .idempotent = CL_UNSAFE,
                   .what = "run the command" };
     rc = tl_host(sb, &ctx, &rq, "/api/v1/processes/run", &r, 0, op, NULL);
     if (rc == 0 && cl_sse_end(&s.sse, op, NULL) < 0)

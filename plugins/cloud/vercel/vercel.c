@@ -83,10 +83,6 @@
 
 #include <json-c/json.h>
 
-#ifndef PACKAGE_VERSION
-#define PACKAGE_VERSION "0.1.0"
-#endif
-
 #define VC_BACKEND "vercel"
 #define VC_DEFAULT_URL "https://vercel.com/api"
 #define VC_CWD "/vercel/sandbox"            /* Vercel's default cwd */
@@ -267,11 +263,6 @@ static int vc_log_line(void *ud, json_object *o)
     return 0;
 }
 
-static int vc_feed_sink(void *ud, const char *p, size_t n)
-{
-    return cl_ndjson_feed(ud, p, n, "exec", NULL);
-}
-
 /* Runs @script with bash -c on @sb (POST cmd, wait true) until @ctx's
  * deadline or cancel. 0 with its exit status in *@code (and its stdout
  * text in *@out, a new string, when @out is not NULL), or -1 with *@error
@@ -290,7 +281,7 @@ static int vc_execute(struct sbx_plugin_sandbox *sb, const sbx_call_ctx *ctx, co
     vc_cmd_lines l = { 0 };
     cl_ndjson nd;
     cl_ndjson_init(&nd, vc_cmd_line, &l);
-    cl_req rq = { .method = "POST", .body = bs, .body_len = strlen(bs), .sink = vc_feed_sink,
+    cl_req rq = { .method = "POST", .body = bs, .body_len = strlen(bs), .sink = cl_ndjson_sink,
                   .sink_ud = &nd, .idempotent = CL_UNSAFE, .what = "run the command" };
     cl_resp r = { 0 };
     int rc = vc_call(sb, ctx, &rq, "/cmd", &r, 0, op, error);
@@ -316,7 +307,7 @@ static int vc_execute(struct sbx_plugin_sandbox *sb, const sbx_call_ctx *ctx, co
         char *suffix = e ? cl_printf("/cmd/%s/logs", e) : NULL;
         cl_ndjson lg;
         cl_ndjson_init(&lg, vc_log_line, &text);
-        cl_req lq = { .method = "GET", .sink = vc_feed_sink, .sink_ud = &lg,
+        cl_req lq = { .method = "GET", .sink = cl_ndjson_sink, .sink_ud = &lg,
                       .idempotent = CL_SAFE, .what = "read the command's logs" };
         cl_resp r2 = { 0 };
         rc = suffix ? vc_call(sb, ctx, &lq, suffix, &r2, 0, op, error) : -1;
@@ -1252,7 +1243,7 @@ static int vc_exec_run(cl_proc *base)
         cl_ndjson_init(&nd, vc_logs_line, &lg);
         memset(lg.seen, 0, sizeof lg.seen);
         memset(lg.unenc, 0, sizeof lg.unenc);
-        cl_req lq = { .method = "GET", .sink = vc_feed_sink, .sink_ud = &nd,
+        cl_req lq = { .method = "GET", .sink = cl_ndjson_sink, .sink_ud = &nd,
                       .idempotent = CL_SAFE, .what = "read the command's logs" };
         cl_resp r2 = { 0 };
         rc = vc_call(sb, &ctx, &lq, suffix, &r2, 0, op, NULL);
