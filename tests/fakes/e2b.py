@@ -146,14 +146,25 @@ def signal_command(sb, p, sig):
         group = os.getpgid(outer)
     except OSError:
         return
-    for d in os.listdir("/proc"):
-        if not d.isdigit() or int(d) == outer:
-            continue
-        try:
-            if os.getpgid(int(d)) == group:
-                os.kill(int(d), sig)
-        except OSError:
-            pass
+    # envd signals the process it named, whenever the signal comes. Here the
+    # command is nsenter's child, which a signal sent right after the start
+    # event (a kill asked for before it) can precede: then the signal waits
+    # for it (2 s at most), rather than reaching no process.
+    until = time.time() + 2.0
+    while True:
+        hit = False
+        for d in os.listdir("/proc"):
+            if not d.isdigit() or int(d) == outer:
+                continue
+            try:
+                if os.getpgid(int(d)) == group:
+                    os.kill(int(d), sig)
+                    hit = True
+            except OSError:
+                pass
+        if hit or p.popen.poll() is not None or time.time() >= until:
+            return
+        time.sleep(0.005)
 
 
 def envelope(flags, obj):
