@@ -442,6 +442,79 @@ parse_listing(file_list *l, const char *out, size_t len, sbx_error **err)
     return 0;
 }
 
+static const char kind_script[] =
+    "p=$1; [ -d \"$p\" ] && exit 4; [ -e \"$p\" ] && exit 5; exit 3";
+
+/* Whether sandbox path @path is a directory (1), something else (0), or
+ * cannot be told (-1: it is not there, or the call failed), from the
+ * plugin's stat_file slot, else from a command (kind_script) when the
+ * plugin runs commands. */
+static int
+path_is_dir(sbx_sandbox *sandbox, const char *path)
+{
+    int (*slot)(sbx_plugin_sandbox *, const sbx_call_ctx *, const char *,
+                sbx_plugin_file_info *, sbx_error **);
+    sbx_plugin_file_info info;
+    sbx_call_ctx ctx;
+    sbx_error *e = NULL;
+
+    slot = SBX_SLOT(sandbox->client->plugin, stat_file);
+    if (!slot) {
+        if (!can_exec(sandbox->client->plugin))
+            return -1;
+        char *cpath = command_path(sandbox, path, &e);
+        sbx_result *r = cpath ? run_script(sandbox, kind_script, cpath, NULL, -1, -1, NULL, &e)
+                              : NULL;
+        free(cpath);
+        sbx_error_free(e);
+        if (!r)
+            return -1;
+        int code = sbx_result_is_timed_out(r) ? -1 : sbx_result_get_exit_code(r);
+        sbx_result_free(r);
+        return code == 4 ? 1 : code == 5 ? 0 : -1;
+    }
+    memset(&info, 0, sizeof(info));
+    info.struct_size = sizeof(info);
+    sbx_call_ctx_init_for(&ctx, sandbox->client);
+    if (slot(sandbox->handle, &ctx, path, &info, &e) != 0) {
+        sbx_error_free(e);
+        return -1;
+    }
+    return info.is_dir ? 1 : 0;
+}
+
+/* A plugin's failed read_file (@want_dir 0) or list_files (@want_dir 1)
+ * of @path, whose error *@err is configuration, not_found, invalid_argument
+ * or execution_failed (providers answer a read of a directory, or a
+ * listing of a file, with a 400 or a 404 and a message of their own):
+ * when @path is a directory (read) or is there and is not one (list),
+ * *@err becomes the API's invalid_argument with the same message on every
+ * backend, "\"PATH\" is a directory" or "\"PATH\" is not a directory",
+ * path in its context. Other errors (timeouts, authentication, the
+ * connection), and a path whose kind cannot be told, stay as they are. */
+static void
+kind_refusal(sbx_sandbox *sandbox, const char *path, int want_dir, sbx_error **err)
+{
+    sbx_error_code code;
+    int dir;
+
+    if (!err || !*err)
+        return;
+    code = sbx_error_get_code(*err);
+    if (code != SBX_ERROR_CONFIGURATION && code != SBX_ERROR_NOT_FOUND &&
+        code != SBX_ERROR_INVALID_ARGUMENT && code != SBX_ERROR_EXECUTION_FAILED)
+        return;
+    dir = path_is_dir(sandbox, path);
+    if (dir < 0 || dir == want_dir)
+        return;
+    sbx_error_free(*err);
+    *err = NULL;
+    sbx_error *e = sbx_set_error(err, SBX_ERROR_INVALID_ARGUMENT, NULL,
+                                 want_dir ? "\"%s\" is not a directory" : "\"%s\" is a directory",
+                                 path);
+    sbx_error_add_context(e, "path", path);
+}
+
 /* list_files as @user (NULL: the plain call, through the slot when there
  * is one; else always a command of @user). */
 static int
@@ -471,6 +544,7 @@ list_files(sbx_sandbox *sandbox, const char *path, const char *user, sbx_file_in
 
         sbx_call_ctx_init_for(&ctx, sandbox->client);
         if (slot(sandbox->handle, &ctx, path, list_cb, &l, &err) != 0) {
+            kind_refusal(sandbox, path, 1, &err);
             sbx_error_ensure(&err, sandbox->client->backend, op);
             goto fail;
         }
@@ -580,6 +654,7 @@ read_to_fd(sbx_sandbox *sandbox, const char *path, const char *user, int fd, sbx
 
         sbx_call_ctx_init_for(&ctx, sandbox->client);
         if (slot(sandbox->handle, &ctx, path, fd, err) != 0) {
+            kind_refusal(sandbox, path, 0, err);
             sbx_error_ensure(err, sandbox->client->backend, "read_file");
             return -1;
         }

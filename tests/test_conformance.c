@@ -2145,6 +2145,37 @@ Test(errors, every_error_names_code_backend_and_op)
     sbx_error_free(err);
 }
 
+/* A read of a directory and a listing of a file are invalid_argument on
+ * every backend, whatever code the provider answers them with (a 400 or
+ * a 404 of its own): the message names the path, which is in the
+ * error's context. */
+Test(errors, a_directory_read_and_a_file_listed_are_invalid_argument)
+{
+    sbx_error *err = NULL;
+    cr_assert_eq(sbx_sandbox_write_file(g_sb, "/tmp/kind-dir/a-file", "x", 1, &err), 0,
+                 "write: %s", err ? sbx_error_get0_message(err) : "");
+    char *data = NULL;
+    size_t len = 0;
+    cr_assert_eq(sbx_sandbox_read_file(g_sb, "/tmp/kind-dir", &data, &len, &err), -1);
+    cr_assert_null(data);
+    assert_backend_error(err, SBX_ERROR_INVALID_ARGUMENT);
+    cr_assert_str_eq(sbx_error_get0_message(err), "\"/tmp/kind-dir\" is a directory");
+    cr_assert_str_eq(sbx_error_get0_op(err), "read_file");
+    cr_assert_str_eq(sbx_error_get0_context(err, "path"), "/tmp/kind-dir");
+    sbx_error_free(err);
+    err = NULL;
+    sbx_file_info **list = NULL;
+    size_t count = 7;
+    cr_assert_eq(sbx_sandbox_list_files(g_sb, "/tmp/kind-dir/a-file", &list, &count, &err), -1);
+    cr_assert_null(list);
+    cr_assert_eq(count, 0);
+    assert_backend_error(err, SBX_ERROR_INVALID_ARGUMENT);
+    cr_assert_str_eq(sbx_error_get0_message(err), "\"/tmp/kind-dir/a-file\" is not a directory");
+    cr_assert_str_eq(sbx_error_get0_op(err), "list_files");
+    cr_assert_str_eq(sbx_error_get0_context(err, "path"), "/tmp/kind-dir/a-file");
+    sbx_error_free(err);
+}
+
 /* ============================================================== Concurrency */
 
 struct par_life {
