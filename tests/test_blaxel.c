@@ -307,7 +307,7 @@ Test(blaxel, reading_a_directory_is_refused_and_writes_nothing)
     cr_assert_eq(sbx_sandbox_read_file(g_sb, "/tmp", &data, &len, &err), -1);
     cr_assert_null(data);
     cr_assert_eq(sbx_error_get_code(err), SBX_ERROR_INVALID_ARGUMENT);
-    cr_assert_str_eq(sbx_error_get0_message(err), "/tmp is a directory in the sandbox, not a file");
+    cr_assert_str_eq(sbx_error_get0_message(err), "\"/tmp\" is a directory");
     cr_assert_str_eq(sbx_error_get0_context(err, "path"), "/tmp");
     sbx_error_free(err);
 }
