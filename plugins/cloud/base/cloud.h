@@ -287,9 +287,10 @@ typedef struct cl_retry_policy {
     double base_s;          /* floor of the first backoff without Retry-After
                              * (it is in [base_s, 2 * base_s)); default 0.5 */
     double max_backoff_s;   /* every backoff is below this; default 8 */
-    double max_wait_s;      /* a Retry-After above this fails at once with
-                             * rate_limited (retry_after_s in context);
-                             * default 60 */
+    double max_wait_s;      /* a Retry-After above this fails at once
+                             * (retry_after_s in context): rate_limited for
+                             * a 429, the status's code for a 5xx that
+                             * would be re-sent; seconds, default 60 */
     int rate_limit_retries; /* re-sends of a create that carries the call's
                              * create token after a 429 (see cl_request);
                              * default 8 */
@@ -450,8 +451,10 @@ typedef struct cl_resp {
  * answer came that is not retried any more (any status: look at
  * resp->status), -1 with *@error when no usable answer came: transport
  * failure, bound expired (timeout), cancelled, a source or sink aborted, or
- * a 429 whose Retry-After passes the policy's max_wait_s (rate_limited with
- * context retry_after_s, at once). A request that failed after it may
+ * an answer whose Retry-After passes the policy's max_wait_s, at once,
+ * with context retry_after_s: a 429 (rate_limited), or a 5xx that would
+ * be re-sent (the status's code: connection, timeout for 504). No wait
+ * that would pass the call's bound is slept: the last answer stands. A request that failed after it may
  * have reached the provider and is CL_UNSAFE fails with outcome unknown;
  * libcurl's own re-send of a request whose kept-alive connection died
  * before any byte of the answer is refused for it too (a connection error,
@@ -508,9 +511,11 @@ sbx_error_code cl_code_of_status(long status);
 char *cl_resp_message(cl_http *h, const cl_resp *r);
 
 /**
- * Stores the error of an unexpected answer: "@what: MESSAGE (HTTP N)" with
- * the code of the status (or @code when it is not (sbx_error_code)-1),
- * context http_status and, for 429, retry_after_s and, when the request
+ * Stores the error of an unexpected answer: "@what: MESSAGE (HTTP N)", or
+ * "@what: MESSAGE (HTTP N; the provider asks to wait S s)" when the answer
+ * had a Retry-After, with the code of the status (or @code when it is not
+ * (sbx_error_code)-1), context http_status and, for 429 or an answer with
+ * a Retry-After, retry_after_s (seconds) and, when the request
  * was sent more than once, attempts and waited_s (seconds slept between
  * them). Returns it.
  */
