@@ -187,6 +187,31 @@ int cl_json_bool(struct json_object *o, const char *key);
 /** Nested lookup: cl_json_path(o, "a", "b", NULL) is o.a.b, or NULL. */
 struct json_object *cl_json_path(struct json_object *o, ...) __attribute__((sentinel));
 
+/** 1 when @s (NUL-terminated; NULL counts as valid) is UTF-8 text:
+ *  shortest forms, no surrogates, nothing past U+10FFFF; else 0. Pure. */
+int cl_utf8_valid(const char *s);
+
+/**
+ * The check a provider whose API is JSON (a JSON string carries UTF-8
+ * text only) makes before it sends anything of an exec request @rq (NULL:
+ * none) or a file @path (NULL: none), op @op: 0 when every part is UTF-8
+ * text (cl_utf8_valid()); else -1 with invalid_argument naming the first
+ * part that is not, each message ending ": the provider's API (JSON)
+ * cannot carry it":
+ *  - "argument N is not valid UTF-8" (N the index in rq->argv, from 0;
+ *    context argument=N);
+ *  - "the shell command is not valid UTF-8";
+ *  - "environment variable K is not valid UTF-8" (K the string's key
+ *    before '=', context env_name=K), or "the name of environment variable
+ *    N is not valid UTF-8" (N the index in rq->env, from 0) when K is not;
+ *  - "the working directory is not valid UTF-8";
+ *  - "the user is not valid UTF-8";
+ *  - "the path is not valid UTF-8".
+ * Parts are looked at in that order, the path last. Thread-safe.
+ */
+int cl_json_text_check(const sbx_plugin_exec_request *rq, const char *path, const char *op,
+                       sbx_error **error);
+
 /** @s quoted for a POSIX shell ('…', with ' as '\''): a new string. */
 char *cl_shell_quote(const char *s);
 /**
