@@ -1128,6 +1128,89 @@ Test(rate_limit, retry_after_past_the_cap_fails_at_once)
     cl_http_free(h);
 }
 
+/* A read answered @script within @secs (0: no bound of its own). */
+static int get_scripted(cl_http *h, script_server *sv, double secs, cl_resp *r, sbx_error **err)
+{
+    char url[64];
+    snprintf(url, sizeof(url), "http://127.0.0.1:%d/sandbox/sb-1", sv->port);
+    sbx_call_ctx ctx = { .struct_size = sizeof(ctx), .cancel_fd = -1 };
+    cl_req rq = { .method = "GET", .url = url, .idempotent = CL_SAFE, .secs = secs,
+                  .what = "get the sandbox" };
+    return cl_request(h, &ctx, &rq, r, "is_alive", err);
+}
+
+/* A 503 whose Retry-After (120 s) passes max_wait_s (60 s) fails at once
+ * with its own code (connection), the wait in the message and the context:
+ * one request, no sleep (it waited 3 x 120 s before). */
+Test(rate_limit, a_5xx_retry_after_past_the_cap_fails_at_once)
+{
+    static const answer script[] = { { 503, "120" } };
+    script_server sv;
+    server_start(&sv, script, 1);
+    cl_http *h = quick_client(3, 0);
+    cl_resp r;
+    sbx_error *err = NULL;
+    double t0 = cl_now();
+    cr_assert_eq(get_scripted(h, &sv, 0, &r, &err), -1);
+    double dt = cl_now() - t0;
+    cr_assert(dt < 1.0, "failed after %.3f s", dt);
+    cr_assert_eq(err->code, SBX_ERROR_CONNECTION);
+    cr_assert_str_eq(err->msg, "get the sandbox: too many requests "
+                               "(HTTP 503; the provider asks to wait 120 s)");
+    cr_assert_str_eq(ctx_of(err, "http_status"), "503");
+    cr_assert_str_eq(ctx_of(err, "retry_after_s"), "120");
+    cr_assert_null(ctx_of(err, "attempts"));
+    cr_assert_eq(r.attempts, 1);
+    cr_assert_eq(server_stop(&sv), 1);
+    free(err);
+    cl_resp_clear(&r);
+    cl_http_free(h);
+}
+
+/* A 503 whose Retry-After (1 s) is under the cap is waited, then re-sent:
+ * two requests, exactly 1 s slept, the 200 stands. */
+Test(rate_limit, a_5xx_retry_after_under_the_cap_is_waited)
+{
+    static const answer script[] = { { 503, "1" }, { 200, "" } };
+    script_server sv;
+    server_start(&sv, script, 2);
+    cl_http *h = quick_client(3, 0);
+    cl_resp r;
+    sbx_error *err = NULL;
+    cr_assert_eq(get_scripted(h, &sv, 0, &r, &err), 0, "%s", err ? err->msg : "");
+    cr_assert_null(err);
+    cr_assert_eq(r.status, 200);
+    cr_assert_eq(r.attempts, 2);
+    cr_assert_float_eq(r.waited_s, 1.0, 1e-9);
+    cr_assert_eq(server_stop(&sv), 2);
+    cl_resp_clear(&r);
+    cl_http_free(h);
+}
+
+/* A Retry-After under the cap (30 s) but past the call's bound (2 s) is
+ * not slept: the 503 stands after one request, at once. */
+Test(rate_limit, a_wait_past_the_bound_is_not_slept)
+{
+    static const answer script[] = { { 503, "30" }, { 200, "" } };
+    script_server sv;
+    server_start(&sv, script, 2);
+    cl_http *h = quick_client(3, 0);
+    cl_resp r;
+    sbx_error *err = NULL;
+    double t0 = cl_now();
+    cr_assert_eq(get_scripted(h, &sv, 2.0, &r, &err), 0, "%s", err ? err->msg : "");
+    double dt = cl_now() - t0;
+    cr_assert(dt < 1.0, "answered after %.3f s", dt);
+    cr_assert_null(err);
+    cr_assert_eq(r.status, 503);
+    cr_assert_eq(r.attempts, 1);
+    cr_assert_float_eq(r.waited_s, 0.0, 1e-9);
+    cr_assert_float_eq(r.retry_after_s, 30.0, 1e-9);
+    cr_assert_eq(server_stop(&sv), 1);
+    cl_resp_clear(&r);
+    cl_http_free(h);
+}
+
 /* Only a POST whose body carries the call's token is re-sent after a 429:
  * a body without it, or a call without a token, is sent once; a 5xx to the
  * token create is never re-sent (the provider may have acted). */

@@ -1918,6 +1918,15 @@ Test(daytona_faults, warm_execs_share_one_connection)
 
 /* Files through the plugin (the toolbox's file endpoints and the base's
  * tar path): CASE-17, list_files, HOME, CASE-45, CASE-46 (testutil.c). */
+/* Issue 16: what the toolbox's JSON cannot carry (a byte that is not UTF-8
+ * in an argument, the shell command, an env value, the cwd; a path of
+ * write_file, whose chmod is a command) is invalid_argument naming the
+ * part, before anything is sent (testutil.c). */
+Test(daytona_faults, text_json_cannot_carry_is_refused_before_sending)
+{
+    tu_json_text_refused("daytona", g_sb, 0);
+}
+
 Test(daytona_faults, files_case17_all_byte_values_round_trip)
 {
     tu_files_case17(g_sb);

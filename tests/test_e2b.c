@@ -789,6 +789,16 @@ Test(e2b, warm_execs_share_one_connection)
 
 /* Files through the plugin (envd's file endpoints and the base's tar
  * path): CASE-17, list_files, HOME, CASE-45, CASE-46 (testutil.c). */
+/* Issue 16: what envd's JSON cannot carry (a byte that is not UTF-8 in an
+ * argument, the shell command, an env value, the cwd; a path of write_file,
+ * whose chmod is a command, or of list_files, a JSON request) is
+ * invalid_argument naming the part, before anything is sent (testutil.c). */
+Test(e2b, text_json_cannot_carry_is_refused_before_sending)
+{
+    g_sb = create_with_lifetime(600);
+    tu_json_text_refused("e2b", g_sb, 1);
+}
+
 Test(e2b, files_case17_all_byte_values_round_trip)
 {
     g_sb = create_with_lifetime(600);

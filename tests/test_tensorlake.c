@@ -1175,6 +1175,16 @@ Test(tensorlake, case48_creator_environment_never_reaches_the_sandbox)
 /* Files through the plugin (the sandbox host's raw-byte file endpoints and
  * the base's tar path): CASE-17, list_files, HOME, CASE-45, CASE-46
  * (testutil.c). */
+/* Issue 16: what the sandbox host's JSON cannot carry (a byte that is not
+ * UTF-8 in an argument, the shell command, an env value, the cwd; a path
+ * of write_file, whose chmod is a command) is invalid_argument naming the
+ * part, before anything is sent (testutil.c). */
+Test(tensorlake, text_json_cannot_carry_is_refused_before_sending)
+{
+    g_sb = create_with(NULL);
+    tu_json_text_refused("tensorlake", g_sb, 0);
+}
+
 Test(tensorlake, files_case17_all_byte_values_round_trip)
 {
     g_sb = create_with(NULL);

@@ -1623,6 +1623,75 @@ static char *sandbox_home(sbx_sandbox *sb)
     return h;
 }
 
+#define TU_NOT_JSON ": the provider's API (JSON) cannot carry it"
+
+/* @err is the refusal of a part that is not UTF-8 text (@msg), op @op,
+ * context @key=@val (@key NULL: none looked at); frees it. */
+static void assert_not_json(sbx_error *err, const char *backend, const char *op,
+                            const char *msg, const char *key, const char *val)
+{
+    cr_assert_not_null(err, "%s: no error", msg);
+    cr_assert_eq(sbx_error_get_code(err), SBX_ERROR_INVALID_ARGUMENT, "%s: %s",
+                 sbx_error_code_name(sbx_error_get_code(err)), sbx_error_get0_message(err));
+    cr_assert_str_eq(sbx_error_get0_message(err), msg);
+    cr_assert_str_eq(sbx_error_get0_backend(err), backend);
+    cr_assert_str_eq(sbx_error_get0_op(err), op);
+    if (key)
+        cr_assert_str_eq(sbx_error_get0_context(err, key), val);
+    sbx_error_free(err);
+}
+
+void tu_json_text_refused(const char *backend, sbx_sandbox *sb, int paths_in_json)
+{
+    static const char *const argv[] = { "printf", "%s", "\xff\xfe", NULL };
+    static const char *const env[] = { "C=\xff\xfe", NULL };
+    static const struct {
+        const char *const *argv;
+        const char *shell;
+        const char *const *env;
+        const char *cwd;
+        const char *msg, *key, *val;
+    } cases[] = {
+        { argv, NULL, NULL, NULL, "argument 2 is not valid UTF-8" TU_NOT_JSON, "argument", "2" },
+        { NULL, "printf '%s' '\xff'", NULL, NULL,
+          "the shell command is not valid UTF-8" TU_NOT_JSON, NULL, NULL },
+        { NULL, "echo hi", env, NULL, "environment variable C is not valid UTF-8" TU_NOT_JSON,
+          "env_name", "C" },
+        { NULL, "echo hi", NULL, "/tmp/\xff", "the working directory is not valid UTF-8"
+          TU_NOT_JSON, NULL, NULL },
+    };
+    tu_fake_reset();
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        sbx_exec_request req = SBX_EXEC_REQUEST_INIT;
+        req.argv = cases[i].argv;
+        req.shell = cases[i].shell;
+        req.env = cases[i].env;
+        req.cwd = cases[i].cwd;
+        assert_not_json(tu_exec_fail(sb, &req, SBX_ERROR_INVALID_ARGUMENT), backend, "exec",
+                        cases[i].msg, cases[i].key, cases[i].val);
+    }
+    sbx_error *err = NULL;
+    cr_assert_eq(sbx_sandbox_write_file(sb, "/tmp/\xff\xfe", "x", 1, &err), -1);
+    assert_not_json(err, backend, "write_file", "the path is not valid UTF-8" TU_NOT_JSON, NULL,
+                    NULL);
+    if (paths_in_json) {
+        sbx_file_info **list = NULL;
+        size_t n = 0;
+        err = NULL;
+        cr_assert_eq(sbx_sandbox_list_files(sb, "/tmp/\xff\xfe", &list, &n, &err), -1);
+        assert_not_json(err, backend, "list_files", "the path is not valid UTF-8" TU_NOT_JSON,
+                        NULL, NULL);
+    }
+    struct json_object *log = tu_fake_log();
+    cr_assert_eq(json_object_array_length(log), 0, "requests were sent: %s",
+                 json_object_to_json_string(log));
+    json_object_put(log);
+    sbx_result *r = tu_sh(sb, "test -e \"$(printf '/tmp/\\377\\376')\" && echo left || echo none",
+                          30);
+    tu_assert_stdout(r, "none\n");
+    sbx_result_free(r);
+}
+
 void tu_files_case17(sbx_sandbox *sb)
 {
     char *data = malloc(1048576), hex[65], all[256];

@@ -215,6 +215,16 @@ void tu_files_list_exact(sbx_sandbox *sb);
 void tu_files_home_is_writable(sbx_sandbox *sb);
 void tu_files_case45(sbx_sandbox *sb);
 void tu_files_case46(sbx_sandbox *sb);
+/* A backend whose API is JSON (e2b, daytona, tensorlake) refuses what a
+ * JSON string cannot carry before it sends anything: an exec of argv
+ * {"printf", "%s", "\xff\xfe"}, of the shell command "printf '%s' '\xff'",
+ * with env C=\xff\xfe, in cwd /tmp/\xff, and write_file of /tmp/\xff\xfe
+ * (and, when @paths_in_json, list_files of it) each fail with
+ * invalid_argument, backend @backend, the exact message naming the part
+ * ("argument 2 is not valid UTF-8: the provider's API (JSON) cannot carry
+ * it", ...) and its op; the fake logged no request for any of them, and no
+ * file /tmp/\xff\xfe was left in the sandbox. */
+void tu_json_text_refused(const char *backend, sbx_sandbox *sb, int paths_in_json);
 
 /* How many TCP connections the requests of @log came on (the distinct
  * "conn" numbers the fake gives its entries). */

@@ -187,6 +187,31 @@ int cl_json_bool(struct json_object *o, const char *key);
 /** Nested lookup: cl_json_path(o, "a", "b", NULL) is o.a.b, or NULL. */
 struct json_object *cl_json_path(struct json_object *o, ...) __attribute__((sentinel));
 
+/** 1 when @s (NUL-terminated; NULL counts as valid) is UTF-8 text:
+ *  shortest forms, no surrogates, nothing past U+10FFFF; else 0. Pure. */
+int cl_utf8_valid(const char *s);
+
+/**
+ * The check a provider whose API is JSON (a JSON string carries UTF-8
+ * text only) makes before it sends anything of an exec request @rq (NULL:
+ * none) or a file @path (NULL: none), op @op: 0 when every part is UTF-8
+ * text (cl_utf8_valid()); else -1 with invalid_argument naming the first
+ * part that is not, each message ending ": the provider's API (JSON)
+ * cannot carry it":
+ *  - "argument N is not valid UTF-8" (N the index in rq->argv, from 0;
+ *    context argument=N);
+ *  - "the shell command is not valid UTF-8";
+ *  - "environment variable K is not valid UTF-8" (K the string's key
+ *    before '=', context env_name=K), or "the name of environment variable
+ *    N is not valid UTF-8" (N the index in rq->env, from 0) when K is not;
+ *  - "the working directory is not valid UTF-8";
+ *  - "the user is not valid UTF-8";
+ *  - "the path is not valid UTF-8".
+ * Parts are looked at in that order, the path last. Thread-safe.
+ */
+int cl_json_text_check(const sbx_plugin_exec_request *rq, const char *path, const char *op,
+                       sbx_error **error);
+
 /** @s quoted for a POSIX shell ('…', with ' as '\''): a new string. */
 char *cl_shell_quote(const char *s);
 /**
@@ -287,9 +312,10 @@ typedef struct cl_retry_policy {
     double base_s;          /* floor of the first backoff without Retry-After
                              * (it is in [base_s, 2 * base_s)); default 0.5 */
     double max_backoff_s;   /* every backoff is below this; default 8 */
-    double max_wait_s;      /* a Retry-After above this fails at once with
-                             * rate_limited (retry_after_s in context);
-                             * default 60 */
+    double max_wait_s;      /* a Retry-After above this fails at once
+                             * (retry_after_s in context): rate_limited for
+                             * a 429, the status's code for a 5xx that
+                             * would be re-sent; seconds, default 60 */
     int rate_limit_retries; /* re-sends of a create that carries the call's
                              * create token after a 429 (see cl_request);
                              * default 8 */
@@ -450,8 +476,10 @@ typedef struct cl_resp {
  * answer came that is not retried any more (any status: look at
  * resp->status), -1 with *@error when no usable answer came: transport
  * failure, bound expired (timeout), cancelled, a source or sink aborted, or
- * a 429 whose Retry-After passes the policy's max_wait_s (rate_limited with
- * context retry_after_s, at once). A request that failed after it may
+ * an answer whose Retry-After passes the policy's max_wait_s, at once,
+ * with context retry_after_s: a 429 (rate_limited), or a 5xx that would
+ * be re-sent (the status's code: connection, timeout for 504). No wait
+ * that would pass the call's bound is slept: the last answer stands. A request that failed after it may
  * have reached the provider and is CL_UNSAFE fails with outcome unknown;
  * libcurl's own re-send of a request whose kept-alive connection died
  * before any byte of the answer is refused for it too (a connection error,
@@ -508,9 +536,11 @@ sbx_error_code cl_code_of_status(long status);
 char *cl_resp_message(cl_http *h, const cl_resp *r);
 
 /**
- * Stores the error of an unexpected answer: "@what: MESSAGE (HTTP N)" with
- * the code of the status (or @code when it is not (sbx_error_code)-1),
- * context http_status and, for 429, retry_after_s and, when the request
+ * Stores the error of an unexpected answer: "@what: MESSAGE (HTTP N)", or
+ * "@what: MESSAGE (HTTP N; the provider asks to wait S s)" when the answer
+ * had a Retry-After, with the code of the status (or @code when it is not
+ * (sbx_error_code)-1), context http_status and, for 429 or an answer with
+ * a Retry-After, retry_after_s (seconds) and, when the request
  * was sent more than once, attempts and waited_s (seconds slept between
  * them). Returns it.
  */

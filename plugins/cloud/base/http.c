@@ -27,8 +27,10 @@
  * with the defaults. The fixed half is the floor (the first wait is never
  * below base_s: no tight loop, CASE-19 E); the random half spreads out
  * many clients refused at once. A Retry-After above max_wait_s fails at
- * once with rate_limited and retry_after_s in the context. A wait that
- * passes the call's bound ends the retries with the last answer.
+ * once, with retry_after_s in the context: rate_limited for a 429, the
+ * status's own code (connection; timeout for 504) for a 5xx that would
+ * have been re-sent. A wait that passes the call's bound is never slept:
+ * it ends the retries with the last answer.
  *
  * The same loop, with the same waits, re-sends a create POST carrying the
  * call's create token (token_create) after a 429, CL_UNSAFE or not,
@@ -777,6 +779,13 @@ int cl_request(cl_http *c, const sbx_call_ctx *ctx, const cl_req *req, cl_resp *
                 cl_fail_status(c, error, SBX_ERROR_RATE_LIMITED, resp, op, what);
                 return -1;
             }
+            /* A 5xx that would be re-sent after a wait past the cap: its
+             * own code at once (connection; timeout for 504), the wait in
+             * the context, rather than sleeping it out on every re-send. */
+            if (s >= 500 && retryable && !rate && ra > c->retry.max_wait_s) {
+                cl_fail_status(c, error, CL_CODE_BY_STATUS, resp, op, what);
+                return -1;
+            }
             if (!req->idempotent && (s >= 500 || s == 408))
                 resp->maybe_acted = 1;
             int limit = req->once ? 0 : rate ? c->retry.rate_limit_retries : c->retry.retries;
@@ -902,7 +911,7 @@ sbx_error *cl_fail_status(cl_http *c, sbx_error **error, sbx_error_code code, co
     if (code == CL_CODE_BY_STATUS)
         code = cl_code_of_status(r->status);
     sbx_error *err;
-    if (code == SBX_ERROR_RATE_LIMITED && r->retry_after_s > 0)
+    if (r->retry_after_s > 0)
         err = cl_fail(error, code, op, "%s: %s (HTTP %ld; the provider asks to wait %.0f s)",
                       what, msg && *msg ? msg : "no message", r->status, r->retry_after_s);
     else

@@ -393,6 +393,77 @@ json_object *cl_json_path(json_object *o, ...)
 /* Shell                                                                     */
 /* ------------------------------------------------------------------------ */
 
+int cl_utf8_valid(const char *s)
+{
+    const unsigned char *p = (const unsigned char *)s;
+
+    while (p && *p) {
+        int n = *p < 0x80 ? 0 : (*p & 0xe0) == 0xc0 ? 1 : (*p & 0xf0) == 0xe0 ? 2
+                : (*p & 0xf8) == 0xf0 ? 3 : -1;
+        if (n < 0)
+            return 0;
+        unsigned cp = n == 0 ? *p : (unsigned)(*p & (0x3f >> n));
+        for (int i = 1; i <= n; i++) {
+            if ((p[i] & 0xc0) != 0x80)
+                return 0;
+            cp = (cp << 6) | (p[i] & 0x3fu);
+        }
+        if ((n == 1 && cp < 0x80) || (n == 2 && (cp < 0x800 || (cp >= 0xd800 && cp <= 0xdfff)))
+            || (n == 3 && (cp < 0x10000 || cp > 0x10ffff)))
+            return 0;
+        p += n + 1;
+    }
+    return 1;
+}
+
+#define CL_NOT_JSON_TEXT "is not valid UTF-8: the provider's API (JSON) cannot carry it"
+
+int cl_json_text_check(const sbx_plugin_exec_request *rq, const char *path, const char *op,
+                       sbx_error **error)
+{
+    char n[32];
+    for (size_t i = 0; rq && rq->argv && rq->argv[i]; i++)
+        if (!cl_utf8_valid(rq->argv[i])) {
+            snprintf(n, sizeof n, "%zu", i);
+            cl_context(cl_fail(error, SBX_ERROR_INVALID_ARGUMENT, op,
+                               "argument %zu " CL_NOT_JSON_TEXT, i), "argument", n);
+            return -1;
+        }
+    if (rq && !cl_utf8_valid(rq->shell)) {
+        cl_fail(error, SBX_ERROR_INVALID_ARGUMENT, op, "the shell command " CL_NOT_JSON_TEXT);
+        return -1;
+    }
+    for (size_t i = 0; rq && rq->env && rq->env[i]; i++) {
+        if (cl_utf8_valid(rq->env[i]))
+            continue;
+        const char *eq = strchr(rq->env[i], '=');
+        size_t kn = eq ? (size_t)(eq - rq->env[i]) : strlen(rq->env[i]);
+        char *key = strndup(rq->env[i], kn);
+        if (key && cl_utf8_valid(key)) {
+            cl_context(cl_fail(error, SBX_ERROR_INVALID_ARGUMENT, op,
+                               "environment variable %s " CL_NOT_JSON_TEXT, key), "env_name", key);
+        } else {
+            cl_fail(error, SBX_ERROR_INVALID_ARGUMENT, op,
+                    "the name of environment variable %zu " CL_NOT_JSON_TEXT, i);
+        }
+        free(key);
+        return -1;
+    }
+    if (rq && !cl_utf8_valid(rq->cwd)) {
+        cl_fail(error, SBX_ERROR_INVALID_ARGUMENT, op, "the working directory " CL_NOT_JSON_TEXT);
+        return -1;
+    }
+    if (rq && !cl_utf8_valid(rq->user)) {
+        cl_fail(error, SBX_ERROR_INVALID_ARGUMENT, op, "the user " CL_NOT_JSON_TEXT);
+        return -1;
+    }
+    if (!cl_utf8_valid(path)) {
+        cl_fail(error, SBX_ERROR_INVALID_ARGUMENT, op, "the path " CL_NOT_JSON_TEXT);
+        return -1;
+    }
+    return 0;
+}
+
 char *cl_shell_quote(const char *s)
 {
     cl_buf b = { 0 };

@@ -1181,7 +1181,10 @@ static int dt_upload_direct(struct sbx_plugin_sandbox *sb, const sbx_call_ctx *c
 static int dt_write_file(sbx_plugin_sandbox *sb, const sbx_call_ctx *ctx, const char *path, int fd,
                          uint32_t mode, sbx_error **error)
 {
-    /* The upload takes no mode: it is set after. */
+    /* The upload takes no mode: it is set after, by a command, whose JSON
+     * request cannot carry a path that is not UTF-8 text. */
+    if (cl_json_text_check(NULL, path, "write_file", error) < 0)
+        return -1;
     return cl_write_file(sb, ctx, sb->s.workdir, path, fd, mode, dt_upload_direct, dt_run_short,
                          error);
 }
@@ -2133,6 +2136,8 @@ static int dt_exec_start(sbx_plugin_sandbox *sb, const sbx_call_ctx *ctx,
     if (cl_exec_check(&sb->s, DT_BACKEND, rq, 0, error) < 0)
         return -1;
 #endif
+    if (cl_json_text_check(rq, NULL, op, error) < 0)
+        return -1;
     /* The overlay becomes shell assignments (dt_command_line, or the
      * terminal's exports): each key must be a shell name. */
     if (cl_env_names_check(rq->env, op, error) < 0)

@@ -1015,7 +1015,8 @@ static int e2b_exec_start(sbx_plugin_sandbox *sb, const sbx_call_ctx *ctx,
 {
     const char *op = "exec";
     (void)ctx;
-    if (cl_exec_check_pty(&sb->s, E2B_BACKEND, rq, 1, error) < 0)
+    if (cl_exec_check_pty(&sb->s, E2B_BACKEND, rq, 1, error) < 0
+        || cl_json_text_check(rq, NULL, op, error) < 0)
         return -1;
     e2b_proc *p = calloc(1, sizeof(*p));
     if (!p) {
@@ -1386,6 +1387,9 @@ static int e2b_write_file(sbx_plugin_sandbox *sb, const sbx_call_ctx *ctx, const
                           int fd, uint32_t mode, sbx_error **error)
 {
     const char *op = "write_file";
+    /* The upload carries any path, the chmod after it (a command) not. */
+    if (cl_json_text_check(NULL, path, op, error) < 0)
+        return -1;
     char *q = e2b_files_path(sb, path);
     cl_req rq = { .method = "POST", .content_type = "application/octet-stream",
                   .source = cl_fd_source, .source_ud = &fd, .source_len = -1,
@@ -1425,6 +1429,8 @@ static int e2b_list_files(sbx_plugin_sandbox *sb, const sbx_call_ctx *ctx, const
                           sbx_plugin_file_fn fn, void *ud, sbx_error **error)
 {
     const char *op = "list_files";
+    if (cl_json_text_check(NULL, path, op, error) < 0)
+        return -1;
     char *abs = e2b_abs(sb, path);
     json_object *b = json_object_new_object(), *j = NULL;
     json_object_object_add(b, "path", json_object_new_string(abs ? abs : path));
@@ -1451,6 +1457,8 @@ static int e2b_stat_file(sbx_plugin_sandbox *sb, const sbx_call_ctx *ctx, const 
                          sbx_plugin_file_info *info, sbx_error **error)
 {
     const char *op = "stat_file";
+    if (cl_json_text_check(NULL, path, op, error) < 0)
+        return -1;
     char *abs = e2b_abs(sb, path);
     json_object *b = json_object_new_object(), *j = NULL;
     json_object_object_add(b, "path", json_object_new_string(abs ? abs : path));

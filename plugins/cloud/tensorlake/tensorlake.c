@@ -946,6 +946,9 @@ static int tl_write_file(sbx_plugin_sandbox *sb, const sbx_call_ctx *ctx, const 
                          uint32_t mode, sbx_error **error)
 {
     const char *op = "write_file";
+    /* The upload carries any path, the chmod after it (a command) not. */
+    if (cl_json_text_check(NULL, path, op, error) < 0)
+        return -1;
     if (tl_upload(sb, ctx, path, fd, path, op, error) < 0)
         return -1;
     return cl_set_mode(sb, tl_run_short, ctx, path, path, mode, op, error);
@@ -1457,7 +1460,8 @@ static int tl_exec_start(sbx_plugin_sandbox *sb, const sbx_call_ctx *ctx,
                          sbx_error **error)
 {
     (void)ctx;
-    if (cl_exec_check(&sb->s, TL_BACKEND, rq, 0, error) < 0)
+    if (cl_exec_check(&sb->s, TL_BACKEND, rq, 0, error) < 0
+        || cl_json_text_check(rq, NULL, "exec", error) < 0)
         return -1;
     tl_proc *p = (tl_proc *)cl_script_proc_new(sizeof(tl_proc), sb, sb->s.workdir, rq,
                                                tl_run_short, "exec", error);
