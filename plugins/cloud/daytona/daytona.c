@@ -362,6 +362,16 @@ static const cl_wake_spec dt_waking = { &dt_spec, "state", "unknown", "started",
                                         DT_START_WAIT_S, dt_wake_failed, dt_start_call };
 #define dt_wake(sb, ctx, op, error) cl_sandbox_wake(&(sb)->s, (ctx), &dt_waking, (op), (error))
 
+/* 1 for every state but destroyed (a stopped, archived or errored sandbox
+ * still exists: exec starts it or names its state), 0 when gone. */
+static const char *const dt_destroyed[] = { "destroyed", "destroying", NULL };
+
+/* How a toolbox 404 about the sandbox is looked into: the toolbox is not
+ * the sandbox's owner, so only the control plane's answer about the
+ * sandbox (a 404, or destroyed) makes it gone. */
+static const cl_resume_spec dt_look = { DT_BACKEND, DT_STATE_VERSION, "sandbox_id", dt_get,
+                                        "state", dt_destroyed, NULL };
+
 static int dt_not_started(cl_http *h, const cl_resp *r)
 {
     if (r->status != 400)
@@ -390,9 +400,11 @@ static int dt_session_lost(cl_http *h, const cl_resp *r)
  * says the sandbox is not started (the first request did not reach a
  * running sandbox, so it cannot have acted; a streamed body is sent again
  * only when @rewind puts its source back at its start); a 404 marks the
- * sandbox gone, unless it is about a file or a directory (a call on the
- * toolbox's /files endpoints, or one whose @rq->what names a file) or a
- * session (dt_session_lost: then @r keeps the 404). With @wake 0 the
+ * sandbox gone when the control plane confirms it (dt_look: its GET
+ * answers 404 or destroyed; else the 404 is the call's error), unless it
+ * is about a file or a directory (a call on the toolbox's /files
+ * endpoints, or one whose @rq->what names a file) or a session
+ * (dt_session_lost: then @r keeps the 404). With @wake 0 the
  * sandbox is never woken: a "not started" answer is an error (@r keeps
  * it; dt_not_started), for the calls about a command already running,
  * which a stop ended. Returns 0 with a 2xx answer in @r, -1 otherwise
@@ -427,10 +439,9 @@ static int dt_toolbox_rw(struct sbx_plugin_sandbox *sb, const sbx_call_ctx *ctx,
             continue;
         }
         if (r->status == 404 && rq->what && strstr(rq->what, "file") == NULL
-            && strncmp(path, "/files", 6) != 0 && !dt_session_lost(sb->s.c->cl.http, r)) {
-            dt_fail_gone(sb, error, op);
+            && strncmp(path, "/files", 6) != 0 && !dt_session_lost(sb->s.c->cl.http, r)
+            && cl_sandbox_confirm_gone(&sb->s, sb->s.c, ctx, &dt_look, op, error))
             break;
-        }
         cl_fail_status(sb->s.c->cl.http, error, CL_CODE_BY_STATUS, r, op, rq->what);
         break;
     }
@@ -926,9 +937,6 @@ static int dt_destroy(sbx_plugin_sandbox *sb, const sbx_call_ctx *ctx, sbx_error
     return 0;
 }
 
-/* 1 for every state but destroyed (a stopped, archived or errored sandbox
- * still exists: exec starts it or names its state), 0 when gone. */
-static const char *const dt_destroyed[] = { "destroyed", "destroying", NULL };
 CL_ITEM_IS_ALIVE(dt_is_alive, "sandbox", "state", dt_destroyed)
 
 /* {"version":1,"sandbox_id":ID[,"workdir":DIR],"toolbox":URL}: no

@@ -251,15 +251,16 @@ static sbx_error *tl_gone_view(sbx_error **error, const char *op, const char *id
     return tl_gone_error(error, op, id);
 }
 
-/* How a refused data-plane call is read: a 404 is the sandbox's own, but a
- * file call's is looked into (a terminated sandbox is gone). */
+/* How a refused data-plane call is read: a 404 is looked into (only the
+ * control plane's 404 or "terminated" makes the sandbox gone: the
+ * sandbox's own host answering 404 does not say the provider dropped it). */
 static const char *const tl_ended[] = { "terminated", NULL };
 static const cl_resume_spec tl_look = { TL_BACKEND, TL_STATE_VERSION, "sandbox_id", tl_get,
                                         "status", tl_ended, tl_gone_view };
-static const cl_call_spec tl_calls = { &tl_look, CL_CALLS_404_GONE };
+static const cl_call_spec tl_calls = { &tl_look, 0 };
 
 /* A data-plane call on @sb: 0 with a 2xx answer in @r, -1 otherwise; a 404
- * that is the sandbox's own (not a file's) marks it gone. */
+ * that the control plane confirms (tl_look) marks it gone. */
 CL_PLANE_CALL(tl_host, &tl_calls)
 
 static int tl_run_short(struct sbx_plugin_sandbox *sb, const sbx_call_ctx *ctx, const char *cmd,
