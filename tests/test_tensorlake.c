@@ -1224,6 +1224,35 @@ Test(tensorlake, case48_creator_environment_never_reaches_the_sandbox)
     tu_fake_assert_env_canaries("tensorlake", "TENSORLAKE_API_KEY");
 }
 
+/* A relative path is under the workdir for every part of write_file: with
+ * workdir /wd, rel/x is written, its mode set (644, not a chmod of rel/x
+ * in another directory) and read back byte-exact, at /wd/rel/x. */
+Test(tensorlake, write_file_with_a_relative_path_under_the_workdir)
+{
+    sbx_options *o = sbx_options_new();
+    cr_assert_eq(sbx_options_set_workdir(o, "/wd", NULL), 0);
+    g_sb = tu_create(g_client, o);
+    sbx_options_free(o);
+    static const char bytes[] = "one\0two\r\n\xff";
+    sbx_error *err = NULL;
+    cr_assert_eq(sbx_sandbox_write_file(g_sb, "rel/x", bytes, sizeof bytes - 1, &err), 0,
+                 "write_file: %s", err ? sbx_error_get0_message(err) : "");
+    char *data = NULL;
+    size_t len = 0;
+    cr_assert_eq(sbx_sandbox_read_file(g_sb, "rel/x", &data, &len, &err), 0, "read_file: %s",
+                 err ? sbx_error_get0_message(err) : "");
+    cr_assert_eq(len, sizeof bytes - 1);
+    cr_assert_eq(memcmp(data, bytes, len), 0);
+    free(data);
+    sbx_result *r = tu_sh(g_sb, "stat -c '%a %s' /wd/rel/x", 30);
+    tu_assert_exit(r, 0);
+    tu_assert_stdout(r, "644 10\n");
+    sbx_result_free(r);
+}
+
+/* Files through the plugin (the sandbox host's raw-byte file endpoints and
+ * the base's tar path): CASE-17, list_files, HOME, CASE-45, CASE-46
+ * (testutil.c). */
 Test(tensorlake, files_case17_all_byte_values_round_trip)
 {
     g_sb = create_with(NULL);

@@ -949,7 +949,15 @@ static int tl_write_file(sbx_plugin_sandbox *sb, const sbx_call_ctx *ctx, const 
     const char *op = "write_file";
     if (tl_upload(sb, ctx, path, fd, path, op, error) < 0)
         return -1;
-    return cl_set_mode(sb, tl_run_short, ctx, path, path, mode, op, error);
+    /* The mode is set on the file the upload wrote: a relative @path is
+     * under the workdir (else /), as the files routes take it, whatever
+     * directory chmod's command starts in. */
+    char *abs = cl_path_in(sb->s.workdir ? sb->s.workdir : "/", path);
+    int rc = abs ? cl_set_mode(sb, tl_run_short, ctx, abs, path, mode, op, error) : -1;
+    if (!abs)
+        cl_fail(error, SBX_ERROR_RESOURCE_EXHAUSTED, op, "out of memory");
+    free(abs);
+    return rc;
 }
 
 static int tl_list_files(sbx_plugin_sandbox *sb, const sbx_call_ctx *ctx, const char *path,
