@@ -40,6 +40,7 @@
  */
 #include <criterion/criterion.h>
 
+#include <limits.h>
 #include <pthread.h>
 #include <regex.h>
 #include <stdio.h>
@@ -1496,6 +1497,65 @@ Test(daytona_faults, memory_not_a_multiple_of_the_step_is_refused)
     json_object *body = create_body_of(o);
     sbx_options_free(o);
     cr_assert_eq(jint(body, "memory"), 2, "%s", json_object_to_json_string(body));
+    json_object_put(body);
+}
+
+/* A number the create body's int32 cannot carry, or a cpu that is not a
+ * whole number of cores, is refused before any request: configuration,
+ * op create, naming the option and its value. */
+static void refused_create(sbx_options *o, const char *option, const char *msg,
+                           const char *key, const char *value)
+{
+    sbx_error *err = NULL;
+    cr_assert_null(sbx_sandbox_create(g_client, o, &err), "%s accepted", option);
+    sbx_options_free(o);
+    cr_assert_eq(sbx_error_get_code(err), SBX_ERROR_CONFIGURATION, "%s: %s", option,
+                 sbx_error_get0_message(err));
+    cr_assert_str_eq(sbx_error_get0_message(err), msg);
+    cr_assert_str_eq(sbx_error_get0_op(err), "create");
+    cr_assert_str_eq(sbx_error_get0_context(err, "option"), option);
+    cr_assert_not_null(sbx_error_get0_context(err, key), "no %s", key);
+    cr_assert_str_eq(sbx_error_get0_context(err, key), value);
+    sbx_error_free(err);
+}
+
+Test(daytona_faults, numbers_the_body_cannot_carry_are_refused)
+{
+    sbx_options *o = sbx_options_new();
+    cr_assert_eq(sbx_options_set_cpu(o, 1e10, NULL), 0);
+    refused_create(o, "cpu", "daytona backend: cpu 10000000000: Daytona takes a whole number "
+                   "of CPU cores, at most 2147483647", "max", "2147483647");
+    o = sbx_options_new();
+    cr_assert_eq(sbx_options_set_cpu(o, 0.5, NULL), 0);
+    refused_create(o, "cpu", "daytona backend: cpu 0.5: Daytona takes a whole number of CPU "
+                   "cores, at most 2147483647", "step", "1");
+    o = sbx_options_new();
+    cr_assert_eq(sbx_options_set_cpu(o, 2.5, NULL), 0);
+    refused_create(o, "cpu", "daytona backend: cpu 2.5: Daytona takes a whole number of CPU "
+                   "cores, at most 2147483647", "step", "1");
+    o = sbx_options_new();
+    cr_assert_eq(sbx_options_set_memory_mb(o, (int64_t)1 << 42, NULL), 0);
+    refused_create(o, "memory_mb", "daytona backend: memory_mb 4398046511104: Daytona takes at "
+                   "most 2147483647 GB of memory (2199023254528 MiB)", "max_mb",
+                   "2199023254528");
+    o = sbx_options_new();
+    cr_assert_eq(sbx_options_set_timeout_secs(o, 1e12, NULL), 0);
+    refused_create(o, "timeout_secs", "daytona backend: timeout_secs 1000000000000: Daytona "
+                   "takes a lifetime of at most 2147483647 minutes (128849018820 s)", "max_s",
+                   "128849018820");
+    json_object *log = tu_fake_log();
+    cr_assert_eq(tu_fake_count(log, "POST", CREATE_RE, NULL, 0), 0, "a refused create was sent");
+    json_object_put(log);
+
+    /* A whole cpu and the longest lifetime the body carries are sent as
+     * they are (the fake, as Daytona, takes at most 4 cores and 8 GB). */
+    o = sbx_options_new();
+    cr_assert_eq(sbx_options_set_cpu(o, 3, NULL), 0);
+    cr_assert_eq(sbx_options_set_timeout_secs(o, (double)INT_MAX * 60, NULL), 0);
+    json_object *body = create_body_of(o);
+    sbx_options_free(o);
+    cr_assert_eq(jint(body, "cpu"), 3, "%s", json_object_to_json_string(body));
+    cr_assert_eq(jint(body, "ttlMinutes"), INT_MAX, "%s", json_object_to_json_string(body));
     json_object_put(body);
 }
 

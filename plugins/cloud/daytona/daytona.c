@@ -14,10 +14,14 @@
  *    (see exec; a bad one is a configuration error with context
  *    option=refresh_activity_s), and the base's "retries",
  *    "rate_limit_retries" and "max_retry_wait_s".
- *  - create: POST /sandbox. cpu → integer cores (ceil, at least 1);
- *    memory_mb → GB, refused (configuration, context min_mb and step_mb)
- *    unless a multiple of 1024, as Daytona could not enforce it; disk_mb →
- *    GB (ceil); gpu "TYPE[:N]" → gpuType [TYPE], gpu N;
+ *  - create: POST /sandbox. cpu → integer cores, refused (configuration,
+ *    context max and step) unless a whole number; memory_mb → GB, refused
+ *    (configuration, context min_mb and step_mb) unless a multiple of
+ *    1024, as Daytona could not enforce it; disk_mb → GB (ceil); gpu
+ *    "TYPE[:N]" → gpuType [TYPE], gpu N; cpu, memory, disk and ttlMinutes
+ *    that the body's int32 cannot carry (above 2147483647 cores, GB, GB or
+ *    minutes) are refused naming the option and its value (context max,
+ *    max_mb or max_s);
  *    image → buildInfo with a "FROM image" Dockerfile; template or
  *    snapshot_id → snapshot; allow_internet=0 → networkBlockAll; env → env;
  *    the create token, backend and expiry → labels. Lifetime (the
@@ -168,6 +172,8 @@
 #include <errno.h>
 #include <poll.h>
 #include <fcntl.h>
+#include <float.h>
+#include <limits.h>
 #include <math.h>
 #include <pthread.h>
 #include <signal.h>
@@ -731,13 +737,23 @@ static json_object *dt_create_body(struct sbx_plugin_client *c, const sbx_call_c
         { "cpu", 0, 0, 0, CL_LIMIT_ABOVE, "must be more than 0", NULL, NULL, NULL },
         { "memory_mb", 1024, 0, 1024, 0, "Daytona sets memory in whole GB: give a multiple of "
           "1024 MiB (the smallest is 1024)", "min_mb", NULL, "step_mb" },
+        /* What the body's integers (JSON int32: cores, GB, GB, minutes)
+         * can carry, the provider's own limits aside. */
+        { "cpu", 1, INT_MAX, 1, 0, "Daytona takes a whole number of CPU cores, at most "
+          "2147483647", NULL, "max", "step" },
+        { "memory_mb", 0, INT_MAX * 1024.0, 0, 0, "Daytona takes at most 2147483647 GB of memory "
+          "(2199023254528 MiB)", NULL, "max_mb", NULL },
+        { "disk_mb", -DBL_MAX, INT_MAX * 1024.0, 0, 0, "Daytona takes at most 2147483647 GB of "
+          "disk (2199023254528 MiB)", NULL, "max_mb", NULL },
+        { "timeout_secs", -DBL_MAX, INT_MAX * 60.0, 0, 0, "Daytona takes a lifetime of at most "
+          "2147483647 minutes (128849018820 s)", NULL, "max_s", NULL },
         { NULL, 0, 0, 0, 0, NULL, NULL, NULL, NULL },
     };
     if (cl_refuse_options(rq, DT_BACKEND, unsupported, error) < 0
         || cl_limits_check(rq, DT_BACKEND, limits, error) < 0)
         goto fail;
     if (set & SBX_OPTION_CPU)
-        json_object_object_add(b, "cpu", json_object_new_int((int)ceil(rq->cpu)));
+        json_object_object_add(b, "cpu", json_object_new_int((int)rq->cpu));
     if (set & SBX_OPTION_MEMORY_MB)
         json_object_object_add(b, "memory", json_object_new_int((int)(rq->memory_mb / 1024)));
     if ((set & SBX_OPTION_DISK_MB) && rq->disk_mb > 0)
