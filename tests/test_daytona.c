@@ -40,6 +40,7 @@
  */
 #include <criterion/criterion.h>
 
+#include <limits.h>
 #include <pthread.h>
 #include <regex.h>
 #include <stdio.h>
@@ -361,8 +362,9 @@ Test(daytona_faults, a_5xx_on_an_unsafe_call_is_never_resent)
 
 /* Deleted behind the library's back: the next exec is not_found "gone"
  * with the sandbox's id in its context (sandbox_id), not retryable, after
- * one request; the one after fails at once with no
- * request; destroy succeeds without one. */
+ * two requests (the toolbox's 404 and the control plane's, which confirms
+ * it); the one after fails at once with no request; destroy succeeds
+ * without one. */
 Test(daytona_faults, case32_a_vanished_sandbox_is_gone)
 {
     sbx_result *r = tu_sh(g_sb, "echo hi", 10);
@@ -388,8 +390,12 @@ Test(daytona_faults, case32_a_vanished_sandbox_is_gone)
     free(want);
     sbx_error_free(err);
     json_object *log = tu_fake_log();
-    cr_assert_eq(json_object_array_length(log), 1, "%s",
+    cr_assert_eq(json_object_array_length(log), 2, "%s",
                  json_object_to_json_string(log));
+    char *item = tu_strdup_printf("^/api/sandbox/%s$", sb_id());
+    cr_assert_eq(tu_fake_count(log, "GET", item, NULL, 0), 1, "%s",
+                 json_object_to_json_string(log));
+    free(item);
     json_object_put(log);
 
     req.shell = "echo third";
@@ -399,11 +405,57 @@ Test(daytona_faults, case32_a_vanished_sandbox_is_gone)
     cr_assert_str_eq(sbx_error_get0_context(err, "sandbox_id"), sb_id());
     sbx_error_free(err);
     err = NULL;
+    tu_fake_reset();
     cr_assert_eq(sbx_sandbox_destroy(g_sb, &err), 0);
     cr_assert_null(err);
     log = tu_fake_log();
-    cr_assert_eq(json_object_array_length(log), 1, "%s", json_object_to_json_string(log));
+    cr_assert_eq(json_object_array_length(log), 0, "%s", json_object_to_json_string(log));
     json_object_put(log);
+}
+
+/* A 404 from the toolbox (every /process/session call) says nothing of the
+ * sandbox itself: the exec fails with the toolbox's 404 (not_found, not
+ * "gone") after the control plane's look (a GET of the sandbox, which
+ * answers started); the host's is_alive on the not_found (a second GET)
+ * and the caller's say 1 (the sandbox's record is kept); destroy sends
+ * its DELETE, and the fake holds the sandbox no more. */
+Test(daytona_faults, a_toolbox_404_is_not_gone_until_the_control_plane_says_so)
+{
+    tu_fake_post("/_fake/faults", "{\"path\":\"/process/session\",\"status\":404,"
+                 "\"times\":-1,\"body\":{\"message\":\"provider says 404\"}}");
+    sbx_exec_request req = SBX_EXEC_REQUEST_INIT;
+    req.shell = "echo hi";
+    sbx_error *err = tu_exec_fail(g_sb, &req, SBX_ERROR_NOT_FOUND);
+    cr_assert_null(sbx_error_get0_context(err, "reason"), "reason %s: %s",
+                   sbx_error_get0_context(err, "reason"), sbx_error_get0_message(err));
+    cr_assert_not_null(strstr(sbx_error_get0_message(err), "provider says 404"), "%s",
+                       sbx_error_get0_message(err));
+    sbx_error_free(err);
+    json_object *log = tu_fake_log();
+    char *item = tu_strdup_printf("^/api/sandbox/%s$", sb_id());
+    cr_assert_eq(tu_fake_count(log, "GET", item, NULL, 0), 2, "%s",
+                 json_object_to_json_string(log));
+    json_object_put(log);
+    err = NULL;
+    cr_assert_eq(sbx_sandbox_is_alive(g_sb, &err), 1, "is_alive: %s",
+                 err ? sbx_error_get0_message(err) : "");
+
+    tu_fake_reset();
+    char *id = tu_strdup_printf("%s", sb_id());
+    cr_assert_eq(sbx_sandbox_destroy(g_sb, &err), 0, "destroy: %s",
+                 err ? sbx_error_get0_message(err) : "");
+    cr_assert_null(err);
+    log = tu_fake_log();
+    cr_assert_eq(tu_fake_count(log, "DELETE", item, NULL, 0), 1, "%s",
+                 json_object_to_json_string(log));
+    json_object_put(log);
+    free(item);
+    char *path = tu_strdup_printf("/_fake/sandbox/%s", id);
+    cr_assert_eq(tu_fake_http("GET", path, NULL, NULL, NULL), 404, "the fake still has %s", id);
+    free(path);
+    free(id);
+    sbx_sandbox_free(g_sb);
+    g_sb = NULL;
 }
 
 /* ------------------------------------------------------------ CASE-53 */
@@ -1445,6 +1497,65 @@ Test(daytona_faults, memory_not_a_multiple_of_the_step_is_refused)
     json_object *body = create_body_of(o);
     sbx_options_free(o);
     cr_assert_eq(jint(body, "memory"), 2, "%s", json_object_to_json_string(body));
+    json_object_put(body);
+}
+
+/* A number the create body's int32 cannot carry, or a cpu that is not a
+ * whole number of cores, is refused before any request: configuration,
+ * op create, naming the option and its value. */
+static void refused_create(sbx_options *o, const char *option, const char *msg,
+                           const char *key, const char *value)
+{
+    sbx_error *err = NULL;
+    cr_assert_null(sbx_sandbox_create(g_client, o, &err), "%s accepted", option);
+    sbx_options_free(o);
+    cr_assert_eq(sbx_error_get_code(err), SBX_ERROR_CONFIGURATION, "%s: %s", option,
+                 sbx_error_get0_message(err));
+    cr_assert_str_eq(sbx_error_get0_message(err), msg);
+    cr_assert_str_eq(sbx_error_get0_op(err), "create");
+    cr_assert_str_eq(sbx_error_get0_context(err, "option"), option);
+    cr_assert_not_null(sbx_error_get0_context(err, key), "no %s", key);
+    cr_assert_str_eq(sbx_error_get0_context(err, key), value);
+    sbx_error_free(err);
+}
+
+Test(daytona_faults, numbers_the_body_cannot_carry_are_refused)
+{
+    sbx_options *o = sbx_options_new();
+    cr_assert_eq(sbx_options_set_cpu(o, 1e10, NULL), 0);
+    refused_create(o, "cpu", "daytona backend: cpu 10000000000: Daytona takes a whole number "
+                   "of CPU cores, at most 2147483647", "max", "2147483647");
+    o = sbx_options_new();
+    cr_assert_eq(sbx_options_set_cpu(o, 0.5, NULL), 0);
+    refused_create(o, "cpu", "daytona backend: cpu 0.5: Daytona takes a whole number of CPU "
+                   "cores, at most 2147483647", "step", "1");
+    o = sbx_options_new();
+    cr_assert_eq(sbx_options_set_cpu(o, 2.5, NULL), 0);
+    refused_create(o, "cpu", "daytona backend: cpu 2.5: Daytona takes a whole number of CPU "
+                   "cores, at most 2147483647", "step", "1");
+    o = sbx_options_new();
+    cr_assert_eq(sbx_options_set_memory_mb(o, (int64_t)1 << 42, NULL), 0);
+    refused_create(o, "memory_mb", "daytona backend: memory_mb 4398046511104: Daytona takes at "
+                   "most 2147483647 GB of memory (2199023254528 MiB)", "max_mb",
+                   "2199023254528");
+    o = sbx_options_new();
+    cr_assert_eq(sbx_options_set_timeout_secs(o, 1e12, NULL), 0);
+    refused_create(o, "timeout_secs", "daytona backend: timeout_secs 1000000000000: Daytona "
+                   "takes a lifetime of at most 2147483647 minutes (128849018820 s)", "max_s",
+                   "128849018820");
+    json_object *log = tu_fake_log();
+    cr_assert_eq(tu_fake_count(log, "POST", CREATE_RE, NULL, 0), 0, "a refused create was sent");
+    json_object_put(log);
+
+    /* A whole cpu and the longest lifetime the body carries are sent as
+     * they are (the fake, as Daytona, takes at most 4 cores and 8 GB). */
+    o = sbx_options_new();
+    cr_assert_eq(sbx_options_set_cpu(o, 3, NULL), 0);
+    cr_assert_eq(sbx_options_set_timeout_secs(o, (double)INT_MAX * 60, NULL), 0);
+    json_object *body = create_body_of(o);
+    sbx_options_free(o);
+    cr_assert_eq(jint(body, "cpu"), 3, "%s", json_object_to_json_string(body));
+    cr_assert_eq(jint(body, "ttlMinutes"), INT_MAX, "%s", json_object_to_json_string(body));
     json_object_put(body);
 }
 

@@ -1042,6 +1042,58 @@ Test(tensorlake, case32_a_vanished_sandbox_is_gone)
     g_sb = NULL;
 }
 
+/* A 404 from the sandbox's own host (every /processes call) says nothing
+ * of the sandbox itself: the exec fails with that 404 (not_found, not
+ * "gone") after the control plane's look (a GET of the sandbox, which
+ * answers running); the host's is_alive on the not_found (a second GET)
+ * and the caller's say 1 (the sandbox's record is kept); destroy sends
+ * its DELETE, and the fake's sandbox is terminated. */
+Test(tensorlake, a_data_plane_404_is_not_gone_until_the_control_plane_says_so)
+{
+    g_sb = create_with(NULL);
+    char *id = tu_strdup_printf("%s", sbx_sandbox_get0_id(g_sb));
+    tu_fake_reset();
+    tu_fake_post("/_fake/faults", "{\"path\":\"/processes\",\"status\":404,\"times\":-1,"
+                 "\"body\":{\"message\":\"provider says 404\"}}");
+    sbx_exec_request req = SBX_EXEC_REQUEST_INIT;
+    req.shell = "echo hi";
+    sbx_error *err = tu_exec_fail(g_sb, &req, SBX_ERROR_NOT_FOUND);
+    cr_assert_null(sbx_error_get0_context(err, "reason"), "reason %s: %s",
+                   sbx_error_get0_context(err, "reason"), sbx_error_get0_message(err));
+    cr_assert_not_null(strstr(sbx_error_get0_message(err), "provider says 404"), "%s",
+                       sbx_error_get0_message(err));
+    sbx_error_free(err);
+    json_object *log = tu_fake_log();
+    char *item = tu_strdup_printf("^/sandboxes/%s$", id);
+    cr_assert_eq(tu_fake_count(log, "GET", item, NULL, 0), 2, "%s",
+                 json_object_to_json_string(log));
+    json_object_put(log);
+    err = NULL;
+    cr_assert_eq(sbx_sandbox_is_alive(g_sb, &err), 1, "is_alive: %s",
+                 err ? sbx_error_get0_message(err) : "");
+
+    tu_fake_reset();
+    cr_assert_eq(sbx_sandbox_destroy(g_sb, &err), 0, "destroy: %s",
+                 err ? sbx_error_get0_message(err) : "");
+    cr_assert_null(err);
+    log = tu_fake_log();
+    cr_assert_eq(tu_fake_count(log, "DELETE", item, NULL, 0), 1, "%s",
+                 json_object_to_json_string(log));
+    json_object_put(log);
+    free(item);
+    char *path = tu_strdup_printf("/_fake/sandbox/%s", id);
+    char *out = NULL;
+    cr_assert_eq(tu_fake_http("GET", path, NULL, NULL, &out), 200);
+    json_object *fs = json_tokener_parse(out ? out : "");
+    cr_assert_str_eq(tu_json_str(fs, "status"), "terminated", "%s", out);
+    json_object_put(fs);
+    free(out);
+    free(path);
+    free(id);
+    sbx_sandbox_free(g_sb);
+    g_sb = NULL;
+}
+
 /* CASE-53: suspended by the provider (its idle timeout), the sandbox is
  * not gone: is_alive says it exists without waking it, and the next exec
  * wakes it (the provider resumes a sandbox on its data plane's traffic) and
@@ -1170,6 +1222,32 @@ Test(tensorlake, case36_the_credential_is_never_shown)
 Test(tensorlake, case48_creator_environment_never_reaches_the_sandbox)
 {
     tu_fake_assert_env_canaries("tensorlake", "TENSORLAKE_API_KEY");
+}
+
+/* A relative path is under the workdir for every part of write_file: with
+ * workdir /wd, rel/x is written, its mode set (644, not a chmod of rel/x
+ * in another directory) and read back byte-exact, at /wd/rel/x. */
+Test(tensorlake, write_file_with_a_relative_path_under_the_workdir)
+{
+    sbx_options *o = sbx_options_new();
+    cr_assert_eq(sbx_options_set_workdir(o, "/wd", NULL), 0);
+    g_sb = tu_create(g_client, o);
+    sbx_options_free(o);
+    static const char bytes[] = "one\0two\r\n\xff";
+    sbx_error *err = NULL;
+    cr_assert_eq(sbx_sandbox_write_file(g_sb, "rel/x", bytes, sizeof bytes - 1, &err), 0,
+                 "write_file: %s", err ? sbx_error_get0_message(err) : "");
+    char *data = NULL;
+    size_t len = 0;
+    cr_assert_eq(sbx_sandbox_read_file(g_sb, "rel/x", &data, &len, &err), 0, "read_file: %s",
+                 err ? sbx_error_get0_message(err) : "");
+    cr_assert_eq(len, sizeof bytes - 1);
+    cr_assert_eq(memcmp(data, bytes, len), 0);
+    free(data);
+    sbx_result *r = tu_sh(g_sb, "stat -c '%a %s' /wd/rel/x", 30);
+    tu_assert_exit(r, 0);
+    tu_assert_stdout(r, "644 10\n");
+    sbx_result_free(r);
 }
 
 /* Files through the plugin (the sandbox host's raw-byte file endpoints and

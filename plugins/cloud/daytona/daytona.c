@@ -14,10 +14,14 @@
  *    (see exec; a bad one is a configuration error with context
  *    option=refresh_activity_s), and the base's "retries",
  *    "rate_limit_retries" and "max_retry_wait_s".
- *  - create: POST /sandbox. cpu → integer cores (ceil, at least 1);
- *    memory_mb → GB, refused (configuration, context min_mb and step_mb)
- *    unless a multiple of 1024, as Daytona could not enforce it; disk_mb →
- *    GB (ceil); gpu "TYPE[:N]" → gpuType [TYPE], gpu N;
+ *  - create: POST /sandbox. cpu → integer cores, refused (configuration,
+ *    context max and step) unless a whole number; memory_mb → GB, refused
+ *    (configuration, context min_mb and step_mb) unless a multiple of
+ *    1024, as Daytona could not enforce it; disk_mb → GB (ceil); gpu
+ *    "TYPE[:N]" → gpuType [TYPE], gpu N; cpu, memory, disk and ttlMinutes
+ *    that the body's int32 cannot carry (above 2147483647 cores, GB, GB or
+ *    minutes) are refused naming the option and its value (context max,
+ *    max_mb or max_s);
  *    image → buildInfo with a "FROM image" Dockerfile; template or
  *    snapshot_id → snapshot; allow_internet=0 → networkBlockAll; env → env;
  *    the create token, backend and expiry → labels. Lifetime (the
@@ -168,6 +172,8 @@
 #include <errno.h>
 #include <poll.h>
 #include <fcntl.h>
+#include <float.h>
+#include <limits.h>
 #include <math.h>
 #include <pthread.h>
 #include <signal.h>
@@ -362,6 +368,16 @@ static const cl_wake_spec dt_waking = { &dt_spec, "state", "unknown", "started",
                                         DT_START_WAIT_S, dt_wake_failed, dt_start_call };
 #define dt_wake(sb, ctx, op, error) cl_sandbox_wake(&(sb)->s, (ctx), &dt_waking, (op), (error))
 
+/* 1 for every state but destroyed (a stopped, archived or errored sandbox
+ * still exists: exec starts it or names its state), 0 when gone. */
+static const char *const dt_destroyed[] = { "destroyed", "destroying", NULL };
+
+/* How a toolbox 404 about the sandbox is looked into: the toolbox is not
+ * the sandbox's owner, so only the control plane's answer about the
+ * sandbox (a 404, or destroyed) makes it gone. */
+static const cl_resume_spec dt_look = { DT_BACKEND, DT_STATE_VERSION, "sandbox_id", dt_get,
+                                        "state", dt_destroyed, NULL };
+
 static int dt_not_started(cl_http *h, const cl_resp *r)
 {
     if (r->status != 400)
@@ -390,9 +406,11 @@ static int dt_session_lost(cl_http *h, const cl_resp *r)
  * says the sandbox is not started (the first request did not reach a
  * running sandbox, so it cannot have acted; a streamed body is sent again
  * only when @rewind puts its source back at its start); a 404 marks the
- * sandbox gone, unless it is about a file or a directory (a call on the
- * toolbox's /files endpoints, or one whose @rq->what names a file) or a
- * session (dt_session_lost: then @r keeps the 404). With @wake 0 the
+ * sandbox gone when the control plane confirms it (dt_look: its GET
+ * answers 404 or destroyed; else the 404 is the call's error), unless it
+ * is about a file or a directory (a call on the toolbox's /files
+ * endpoints, or one whose @rq->what names a file) or a session
+ * (dt_session_lost: then @r keeps the 404). With @wake 0 the
  * sandbox is never woken: a "not started" answer is an error (@r keeps
  * it; dt_not_started), for the calls about a command already running,
  * which a stop ended. Returns 0 with a 2xx answer in @r, -1 otherwise
@@ -427,10 +445,9 @@ static int dt_toolbox_rw(struct sbx_plugin_sandbox *sb, const sbx_call_ctx *ctx,
             continue;
         }
         if (r->status == 404 && rq->what && strstr(rq->what, "file") == NULL
-            && strncmp(path, "/files", 6) != 0 && !dt_session_lost(sb->s.c->cl.http, r)) {
-            dt_fail_gone(sb, error, op);
+            && strncmp(path, "/files", 6) != 0 && !dt_session_lost(sb->s.c->cl.http, r)
+            && cl_sandbox_confirm_gone(&sb->s, sb->s.c, ctx, &dt_look, op, error))
             break;
-        }
         cl_fail_status(sb->s.c->cl.http, error, CL_CODE_BY_STATUS, r, op, rq->what);
         break;
     }
@@ -720,13 +737,23 @@ static json_object *dt_create_body(struct sbx_plugin_client *c, const sbx_call_c
         { "cpu", 0, 0, 0, CL_LIMIT_ABOVE, "must be more than 0", NULL, NULL, NULL },
         { "memory_mb", 1024, 0, 1024, 0, "Daytona sets memory in whole GB: give a multiple of "
           "1024 MiB (the smallest is 1024)", "min_mb", NULL, "step_mb" },
+        /* What the body's integers (JSON int32: cores, GB, GB, minutes)
+         * can carry, the provider's own limits aside. */
+        { "cpu", 1, INT_MAX, 1, 0, "Daytona takes a whole number of CPU cores, at most "
+          "2147483647", NULL, "max", "step" },
+        { "memory_mb", 0, INT_MAX * 1024.0, 0, 0, "Daytona takes at most 2147483647 GB of memory "
+          "(2199023254528 MiB)", NULL, "max_mb", NULL },
+        { "disk_mb", -DBL_MAX, INT_MAX * 1024.0, 0, 0, "Daytona takes at most 2147483647 GB of "
+          "disk (2199023254528 MiB)", NULL, "max_mb", NULL },
+        { "timeout_secs", -DBL_MAX, INT_MAX * 60.0, 0, 0, "Daytona takes a lifetime of at most "
+          "2147483647 minutes (128849018820 s)", NULL, "max_s", NULL },
         { NULL, 0, 0, 0, 0, NULL, NULL, NULL, NULL },
     };
     if (cl_refuse_options(rq, DT_BACKEND, unsupported, error) < 0
         || cl_limits_check(rq, DT_BACKEND, limits, error) < 0)
         goto fail;
     if (set & SBX_OPTION_CPU)
-        json_object_object_add(b, "cpu", json_object_new_int((int)ceil(rq->cpu)));
+        json_object_object_add(b, "cpu", json_object_new_int((int)rq->cpu));
     if (set & SBX_OPTION_MEMORY_MB)
         json_object_object_add(b, "memory", json_object_new_int((int)(rq->memory_mb / 1024)));
     if ((set & SBX_OPTION_DISK_MB) && rq->disk_mb > 0)
@@ -926,9 +953,6 @@ static int dt_destroy(sbx_plugin_sandbox *sb, const sbx_call_ctx *ctx, sbx_error
     return 0;
 }
 
-/* 1 for every state but destroyed (a stopped, archived or errored sandbox
- * still exists: exec starts it or names its state), 0 when gone. */
-static const char *const dt_destroyed[] = { "destroyed", "destroying", NULL };
 CL_ITEM_IS_ALIVE(dt_is_alive, "sandbox", "state", dt_destroyed)
 
 /* {"version":1,"sandbox_id":ID[,"workdir":DIR],"toolbox":URL}: no

@@ -251,15 +251,16 @@ static sbx_error *tl_gone_view(sbx_error **error, const char *op, const char *id
     return tl_gone_error(error, op, id);
 }
 
-/* How a refused data-plane call is read: a 404 is the sandbox's own, but a
- * file call's is looked into (a terminated sandbox is gone). */
+/* How a refused data-plane call is read: a 404 is looked into (only the
+ * control plane's 404 or "terminated" makes the sandbox gone: the
+ * sandbox's own host answering 404 does not say the provider dropped it). */
 static const char *const tl_ended[] = { "terminated", NULL };
 static const cl_resume_spec tl_look = { TL_BACKEND, TL_STATE_VERSION, "sandbox_id", tl_get,
                                         "status", tl_ended, tl_gone_view };
-static const cl_call_spec tl_calls = { &tl_look, CL_CALLS_404_GONE };
+static const cl_call_spec tl_calls = { &tl_look, 0 };
 
 /* A data-plane call on @sb: 0 with a 2xx answer in @r, -1 otherwise; a 404
- * that is the sandbox's own (not a file's) marks it gone. */
+ * that the control plane confirms (tl_look) marks it gone. */
 CL_PLANE_CALL(tl_host, &tl_calls)
 
 static int tl_run_short(struct sbx_plugin_sandbox *sb, const sbx_call_ctx *ctx, const char *cmd,
@@ -951,7 +952,15 @@ static int tl_write_file(sbx_plugin_sandbox *sb, const sbx_call_ctx *ctx, const 
         return -1;
     if (tl_upload(sb, ctx, path, fd, path, op, error) < 0)
         return -1;
-    return cl_set_mode(sb, tl_run_short, ctx, path, path, mode, op, error);
+    /* The mode is set on the file the upload wrote: a relative @path is
+     * under the workdir (else /), as the files routes take it, whatever
+     * directory chmod's command starts in. */
+    char *abs = cl_path_in(sb->s.workdir ? sb->s.workdir : "/", path);
+    int rc = abs ? cl_set_mode(sb, tl_run_short, ctx, abs, path, mode, op, error) : -1;
+    if (!abs)
+        cl_fail(error, SBX_ERROR_RESOURCE_EXHAUSTED, op, "out of memory");
+    free(abs);
+    return rc;
 }
 
 static int tl_list_files(sbx_plugin_sandbox *sb, const sbx_call_ctx *ctx, const char *path,
