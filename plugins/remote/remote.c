@@ -890,32 +890,6 @@ static const char *rm_sandbox_root(sbx_plugin_sandbox *sb)
 #define rm_refuse(error, option, value, why) \
     cl_refuse((error), RM_BACKEND, (option), (value), (why))
 
-/* 1 when @s is UTF-8 text (shortest forms, no surrogates, at most
- * U+10FFFF): what the control plane's JSON carries. */
-static int rm_utf8(const char *s)
-{
-    const unsigned char *p = (const unsigned char *)s;
-
-    while (*p) {
-        int n = *p < 0x80 ? 0 : (*p & 0xe0) == 0xc0 ? 1 : (*p & 0xf0) == 0xe0 ? 2
-                : (*p & 0xf8) == 0xf0 ? 3 : -1;
-        unsigned cp;
-        if (n < 0)
-            return 0;
-        cp = n == 0 ? *p : (unsigned)(*p & (0x3f >> n));
-        for (int i = 1; i <= n; i++) {
-            if ((p[i] & 0xc0) != 0x80)
-                return 0;
-            cp = (cp << 6) | (p[i] & 0x3fu);
-        }
-        if ((n == 1 && cp < 0x80) || (n == 2 && (cp < 0x800 || (cp >= 0xd800 && cp <= 0xdfff)))
-            || (n == 3 && (cp < 0x10000 || cp > 0x10ffff)))
-            return 0;
-        p += n + 1;
-    }
-    return 1;
-}
-
 #define RM_NOT_UTF8 "is not UTF-8 text (the control plane's JSON carries nothing else)"
 
 /* The create's body; the upstream backend and the idempotency key in
@@ -1017,17 +991,18 @@ static json_object *rm_create_body(struct sbx_plugin_client *c, const sbx_call_c
     /* Refused here, naming the option, rather than by the server as a body
      * it cannot read (json_invalid at a byte offset). */
     json_object_object_foreach(b, opt, val) {
-        if (json_object_is_type(val, json_type_string) && !rm_utf8(json_object_get_string(val))) {
+        if (json_object_is_type(val, json_type_string)
+            && !cl_utf8_valid(json_object_get_string(val))) {
             rm_refuse(error, opt, NULL, RM_NOT_UTF8);
             goto fail;
         }
         if (json_object_is_type(val, json_type_object)) {
             json_object_object_foreach(val, name, ev) {
-                if (!rm_utf8(name)) {
+                if (!cl_utf8_valid(name)) {
                     rm_refuse(error, "env", NULL, "a variable's name " RM_NOT_UTF8);
                     goto fail;
                 }
-                if (!rm_utf8(json_object_get_string(ev))) {
+                if (!cl_utf8_valid(json_object_get_string(ev))) {
                     char *why = cl_printf("the value of %s " RM_NOT_UTF8, name);
                     rm_refuse(error, "env", NULL, why ? why : RM_NOT_UTF8);
                     free(why);
