@@ -870,6 +870,66 @@ Test(ray, a_freed_process_leaves_no_job, .timeout = 120)
     free(sid);
 }
 
+/* The exec jobs on the fake (not a sandbox's label, sbx-ray-*): how many,
+ * the first one's id in @sid (sized 64) when @sid is not NULL. */
+static int exec_jobs(char *sid)
+{
+    char *body = NULL;
+    cr_assert_eq(tu_fake_http("GET", "/_fake/jobs", NULL, NULL, &body), 200);
+    json_object *jobs = json_tokener_parse(body);
+    int n = 0;
+    json_object_object_foreach(jobs, k, v) {
+        (void)v;
+        if (strncmp(k, "sbx-ray-", 8) == 0)
+            continue;
+        if (n++ == 0 && sid)
+            snprintf(sid, 64, "%s", k);
+    }
+    json_object_put(jobs);
+    free(body);
+    return n;
+}
+
+/* A command's record the worker could not delete (the cluster refused the
+ * DELETE) is not left behind: the process's free stops the job (ended
+ * already: Ray answers "stopped": false) and deletes its record. */
+Test(ray, a_record_whose_delete_failed_goes_with_the_free, .timeout = 120)
+{
+    g_sb = tu_create(g_client, NULL);
+    tu_fake_reset();
+    cr_assert_eq(exec_jobs(NULL), 0);
+    tu_fake_post("/_fake/faults", "{\"method\": \"DELETE\", \"path\": \"^/api/jobs/sbx-\", "
+                 "\"status\": 400, \"message\": \"cluster busy\", \"times\": 1}");
+    sbx_exec_request req = SBX_EXEC_REQUEST_INIT;
+    req.shell = "echo hi";
+    sbx_error *err = NULL;
+    sbx_process *p = sbx_sandbox_start_process(g_sb, &req, &err);
+    cr_assert_not_null(p, "start_process: %s", err ? sbx_error_get0_message(err) : "");
+    int code = -1;
+    cr_assert_eq(sbx_process_wait(p, -1, &code, NULL, &err), 1, "wait: %s",
+                 err ? sbx_error_get0_message(err) : "");
+    cr_assert_eq(code, 0);
+    char sid[64] = "";
+    cr_assert_eq(exec_jobs(sid), 1, "the refused DELETE left the record");
+    sbx_process_free(p);
+    /* Out of process the free completes in the plugin host. */
+    int n = 1;
+    for (int i = 0; i < 400 && n; i++) {
+        n = exec_jobs(NULL);
+        if (n)
+            usleep(25000);
+    }
+    cr_assert_eq(n, 0, "job %s is still on the cluster", sid);
+    json_object *log = tu_fake_log();
+    char *re = tu_strdup_printf("^/api/jobs/%s$", sid);
+    cr_assert_eq(tu_fake_count(log, "DELETE", re, NULL, 0), 2);
+    free(re);
+    re = tu_strdup_printf("^/api/jobs/%s/stop$", sid);
+    cr_assert_eq(tu_fake_count(log, "POST", re, NULL, 0), 1);
+    free(re);
+    json_object_put(log);
+}
+
 /* ------------------------------------------------------------ log tail */
 
 /* The command prints a line, then waits (up to 10 s) for a file that only

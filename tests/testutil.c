@@ -776,13 +776,13 @@ int tu_is_plugin_host(pid_t pid)
            a.st_ino == b.st_ino;
 }
 
-/* Seconds a process in uninterruptible sleep (state D) is given past
- * tu_wait_procs_gone()'s own bound. */
-#define TU_UNINTERRUPTIBLE_GRACE_SECS 30.0
+/* Seconds a process that is still working (state R, or D: uninterruptible
+ * sleep) is given past tu_wait_procs_gone()'s own bound. */
+#define TU_WORKING_GRACE_SECS 30.0
 
 size_t tu_wait_procs_gone(const char *path, pid_t *pids, size_t max, double secs)
 {
-    double end = tu_now() + secs, hard = end + TU_UNINTERRUPTIBLE_GRACE_SECS;
+    double end = tu_now() + secs, hard = end + TU_WORKING_GRACE_SECS;
     size_t n;
     for (;;) {
         n = tu_procs_mentioning(path, pids, max);
@@ -790,12 +790,14 @@ size_t tu_wait_procs_gone(const char *path, pid_t *pids, size_t max, double secs
         if (n == 0 || now >= hard)
             break;
         if (now >= end) {
-            /* Past the bound, only processes the kernel holds in state D
-             * (a supervisor whose overlay or namespaces are being torn
-             * down, which a machine busy with I/O can take seconds over)
-             * are waited for: they run no code and are ending. */
+            /* Past the bound, only processes still at work are waited for:
+             * state D (the kernel tearing down a supervisor's overlay or
+             * namespaces) or R (a keeper removing a sandbox's directory),
+             * which a machine busy with other suites' I/O and CPU can take
+             * seconds over. One asleep (S, T) is waiting on something
+             * that will not come: a leak, reported at the bound. */
             size_t d = 0;
-            while (d < n && proc_state(pids[d]) == 'D')
+            while (d < n && (proc_state(pids[d]) == 'D' || proc_state(pids[d]) == 'R'))
                 d++;
             if (d < n)
                 break;

@@ -151,9 +151,9 @@ ssize_t tu_cmdline(pid_t pid, char *buf, size_t cap);
 size_t tu_procs_mentioning(const char *path, pid_t *pids, size_t max);
 /* tu_procs_mentioning(), asked again every 20 ms until it finds none or
  * @secs pass: the count of the last answer (0 when all were gone). Past
- * @secs, processes in uninterruptible sleep (state D: the kernel tearing
- * down an ending process's mounts or namespaces) are waited for up to 30 s
- * more, as long as every one left is in that state. */
+ * @secs, processes still at work (state R, or D: the kernel tearing down
+ * an ending process's mounts or namespaces) are waited for up to 30 s
+ * more, as long as every one left is in one of those states. */
 size_t tu_wait_procs_gone(const char *path, pid_t *pids, size_t max, double secs);
 
 /* 1 when @pid runs the plugin host program ($SBX_PLUGIN_HOST). */

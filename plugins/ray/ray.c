@@ -321,39 +321,46 @@ static int ray_job_stop(struct sbx_plugin_client *c, const sbx_call_ctx *ctx, co
     return rc;
 }
 
-/* DELETE /api/jobs/{sid} (a terminal job's record): best effort. */
-static void ray_job_delete(struct sbx_plugin_client *c, const char *sid)
+/* DELETE /api/jobs/{sid} (a terminal job's record; Ray refuses a running
+ * job's): 0 when the record is gone (a 404 too), -1 when it stays (logged). */
+static int ray_job_delete(struct sbx_plugin_client *c, const char *sid)
 {
     sbx_call_ctx ctx = { sizeof(ctx), cl_now() + 10, -1, NULL };
     char *url = cl_item_url(c->cl.api, "api/jobs", sid, "");
-    if (url && cl_delete_url(c->cl.http, &ctx, url, "exec", "delete the job", NULL) < 0)
+    int rc = url ? cl_delete_url(c->cl.http, &ctx, url, "exec", "delete the job", NULL) : -1;
+    if (rc < 0)
         CL_LOG(SBX_LOG_INFO, "the record of job %s stays on the cluster: %s", sid,
-               cl_last()->msg);
+               url ? cl_last()->msg : "out of memory");
     free(url);
+    return rc < 0 ? -1 : 0;
 }
 
 /* The end of a job whose follower stopped early (a process freed while it
- * ran): stops it (it may have been sent as the follower stopped, so
- * whatever the follower knew) and, once it is terminal, deletes its record;
- * best effort, bounded by RAY_REAP_S. */
+ * ran, or a follow that failed): stops it (it may have been sent as the
+ * follower stopped, so whatever the follower knew) and, once it is
+ * terminal, deletes its record; each step tried again on a failure (a busy
+ * cluster's timeout, a dropped connection) until RAY_REAP_S pass. Best
+ * effort: what is left then is logged. */
 static void ray_job_reap(struct sbx_plugin_client *c, const char *sid)
 {
     sbx_call_ctx ctx = { sizeof(ctx), cl_now() + RAY_REAP_S, -1, NULL };
-    if (ray_job_stop(c, &ctx, sid, "exec", NULL) < 0)
-        return;
+    int stopped = 0;
     for (double pause = 0.02;; pause = pause < 0.5 ? pause * 2 : pause) {
-        long st = 0;
-        json_object *j = ray_job_get(c, &ctx, sid, &st, "exec", NULL);
-        int term = j && ray_terminal(cl_json_str(j, "status"));
-        json_object_put(j);
-        if (!j)
-            return;     /* none (404), or the cluster is not answering */
-        if (term) {
-            ray_job_delete(c, sid);
-            return;
+        if (!stopped)
+            stopped = ray_job_stop(c, &ctx, sid, "exec", NULL) == 0;
+        if (stopped) {
+            long st = 0;
+            json_object *j = ray_job_get(c, &ctx, sid, &st, "exec", NULL);
+            int term = j && ray_terminal(cl_json_str(j, "status"));
+            json_object_put(j);
+            if (!j && st == 404)
+                return;     /* no record */
+            if (term && ray_job_delete(c, sid) == 0)
+                return;
         }
         if (cl_now() + pause >= ctx.deadline) {
-            CL_LOG(SBX_LOG_INFO, "job %s did not stop in time; its record stays", sid);
+            CL_LOG(SBX_LOG_INFO, "job %s was not %s in %.0f s; its record stays", sid,
+                   stopped ? "deleted" : "stopped", RAY_REAP_S);
             return;
         }
         cl_sleep(pause, -1);
@@ -927,14 +934,18 @@ static int ray_run_script(struct sbx_plugin_sandbox *sb, struct sbx_plugin_clien
     if (sid)
         snprintf(run.sid, sizeof run.sid, "%s", sid);
     int rc = ray_submit(sb, c, &c2, &run, root, script, env, NULL, 0, 0, labels, op);
+    cl_last_error l = *cl_last();       /* what follows writes over it */
     if (rc == 0) {
         /* Polled: the plugin's own jobs print little and end at once. */
         rc = ray_follow(c, &c2, &run, 0, code, op);
-        if (!sid)
+        l = *cl_last();
+        /* Its record goes; one that did not end in time is stopped first. */
+        if (!sid && rc == 0)
             ray_job_delete(c, run.sid);
+        else if (!sid)
+            ray_job_reap(c, run.sid);
     }
     if (rc < 0) {
-        cl_last_error l = *cl_last();   /* cl_fail writes over the original */
         sbx_error *e = cl_fail(error, l.code, op, "%s", l.msg);
         if (l.http_status) {
             char st[32];
@@ -1758,8 +1769,10 @@ static int ray_exec_run(cl_proc *base)
     p->submitted = 1;
     pthread_mutex_unlock(&base->lock);
     int rc = ray_follow(c, &ctx, &p->run, 1, &code, op);
-    if (rc == 0 || !cl_proc_stopping(base)) {
-        ray_job_delete(c, p->run.sid);
+    /* A job that ended has its record deleted here; one whose follow
+     * failed (the cluster not answering, a stop) may run on: the free
+     * stops it and deletes its record (ray_job_reap). */
+    if (rc == 0 && ray_job_delete(c, p->run.sid) == 0) {
         pthread_mutex_lock(&base->lock);
         p->deleted = 1;
         pthread_mutex_unlock(&base->lock);
