@@ -198,6 +198,9 @@ sbx_error_to_string(const sbx_error *error)
             goto out;
         if (sbx_error_is_retryable(error) && sbx_buf_append(&b, ", retryable", 11) < 0)
             goto out;
+        if (error->outcome == SBX_ERROR_OUTCOME_UNKNOWN
+            && sbx_buf_append(&b, ", outcome=unknown", 17) < 0)
+            goto out;
         if (error->backend[0] &&
             (sbx_buf_append(&b, "; backend=", 10) < 0 ||
              sbx_buf_append(&b, error->backend, strlen(error->backend)) < 0))

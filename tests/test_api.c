@@ -128,6 +128,7 @@ Test(errors, to_string_format)
     cr_assert_eq(strncmp(s, prefix, strlen(prefix)), 0, "\"%s\"", s);
     cr_assert_eq(s[strlen(s) - 1], ']');
     cr_assert(strstr(s, "retryable") == NULL, "\"%s\"", s);
+    cr_assert(strstr(s, "outcome") == NULL, "\"%s\" renders a failed outcome", s);
     cr_assert(strstr(s, "backend=") == NULL, "\"%s\" renders an empty backend", s);
     free(prefix);
     free(want);

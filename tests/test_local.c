@@ -615,6 +615,18 @@ static void stopped_supervisor(const char *backend, sbx_plugin_mode mode, const 
                  "supervisor runs again");
     cr_assert_eq(sbx_error_get_outcome(x.error), SBX_ERROR_OUTCOME_UNKNOWN);
     cr_assert_str_eq(sbx_error_get0_context(x.error, "started"), "unknown");
+    /* Its rendering says so, after the code. */
+    char *text = sbx_error_to_string(x.error), *rendered = tu_expected_error_string(x.error);
+    cr_assert_str_eq(text, rendered);
+    char *head = tu_strdup_printf("%s [code=timeout, retryable, outcome=unknown; backend=%s; "
+                                  "op=exec_wait; started=unknown; ",
+                                  sbx_error_get0_message(x.error),
+                                  sbx_error_get0_backend(x.error));
+    cr_assert_eq(strncmp(text, head, strlen(head)), 0, "\"%s\" does not start with \"%s\"",
+                 text, head);
+    free(head);
+    free(rendered);
+    free(text);
     sbx_error_clear(&x.error);
     cr_assert_eq(count_with_arg(longer), 1, "the command ended with its supervisor stopped");
     cr_assert_eq(kill(sup, SIGCONT), 0);

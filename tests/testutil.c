@@ -443,6 +443,8 @@ char *tu_expected_error_string(const sbx_error *error)
             sbx_error_code_name(sbx_error_get_code(error)));
     if (sbx_error_is_retryable(error))
         fputs(", retryable", f);
+    if (sbx_error_get_outcome(error) == SBX_ERROR_OUTCOME_UNKNOWN)
+        fputs(", outcome=unknown", f);
     if (*sbx_error_get0_backend(error))
         fprintf(f, "; backend=%s", sbx_error_get0_backend(error));
     if (*sbx_error_get0_op(error))

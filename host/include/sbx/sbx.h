@@ -178,7 +178,9 @@ SBX_EXPORT int sbx_error_get0_context_at(const sbx_error *error, size_t index,
  * sbx_error_to_string:
  * The reference's rendering: "MESSAGE [code=CODE, retryable; backend=B;
  * op=OP; k=v; ...]" (the bracket is omitted when no structured field is
- * set). A context value's control characters (below 0x20, and 0x7f) are
+ * set); an error whose outcome is SBX_ERROR_OUTCOME_UNKNOWN has
+ * ", outcome=unknown" after the code and ", retryable", so a log line
+ * says that the operation may have happened. A context value's control characters (below 0x20, and 0x7f) are
  * written as \n, \r, \t or \xNN, so the bracket stays on one line
  * (sbx_error_get0_context() gives the bytes). Returns a new string the caller frees with free(); NULL only when
  * memory runs out. Since 0.1.
