@@ -442,45 +442,56 @@ parse_listing(file_list *l, const char *out, size_t len, sbx_error **err)
     return 0;
 }
 
-static const char kind_script[] =
-    "p=$1; [ -d \"$p\" ] && exit 4; [ -e \"$p\" ] && exit 5; exit 3";
-
-/* Whether sandbox path @path is a directory (1), something else (0), or
- * cannot be told (-1: it is not there, or the call failed), from the
- * plugin's stat_file slot, else from a command (kind_script) when the
- * plugin runs commands. */
+/* The plugin's stat_file of sandbox path @path into *@info (zeroed and
+ * sized first): 1, 0 when the plugin has no stat_file slot, -1 with its
+ * error in *@err (may be NULL). */
 static int
-path_is_dir(sbx_sandbox *sandbox, const char *path)
+stat_through_slot(sbx_sandbox *sandbox, const char *path, sbx_plugin_file_info *info,
+                  sbx_error **err)
 {
     int (*slot)(sbx_plugin_sandbox *, const sbx_call_ctx *, const char *,
                 sbx_plugin_file_info *, sbx_error **);
-    sbx_plugin_file_info info;
     sbx_call_ctx ctx;
     sbx_error *e = NULL;
 
     slot = SBX_SLOT(sandbox->client->plugin, stat_file);
-    if (!slot) {
-        if (!can_exec(sandbox->client->plugin))
-            return -1;
-        char *cpath = command_path(sandbox, path, &e);
-        sbx_result *r = cpath ? run_script(sandbox, kind_script, cpath, NULL, -1, -1, NULL, &e)
-                              : NULL;
-        free(cpath);
-        sbx_error_free(e);
-        if (!r)
-            return -1;
-        int code = sbx_result_is_timed_out(r) ? -1 : sbx_result_get_exit_code(r);
-        sbx_result_free(r);
-        return code == 4 ? 1 : code == 5 ? 0 : -1;
-    }
-    memset(&info, 0, sizeof(info));
-    info.struct_size = sizeof(info);
+    if (!slot)
+        return 0;
+    memset(info, 0, sizeof(*info));
+    info->struct_size = sizeof(*info);
     sbx_call_ctx_init_for(&ctx, sandbox->client);
-    if (slot(sandbox->handle, &ctx, path, &info, &e) != 0) {
+    if (slot(sandbox->handle, &ctx, path, info, err ? err : &e) != 0) {
         sbx_error_free(e);
         return -1;
     }
-    return info.is_dir ? 1 : 0;
+    return 1;
+}
+
+/* Whether sandbox path @path is a directory (1), something else (0), or
+ * cannot be told (-1: it is not there, or the call failed), from the
+ * plugin's stat_file slot, else from mode_script (exit 4: a directory; 0:
+ * something else) when the plugin runs commands. */
+static int
+path_is_dir(sbx_sandbox *sandbox, const char *path)
+{
+    sbx_plugin_file_info info;
+    sbx_error *e = NULL;
+    int got = stat_through_slot(sandbox, path, &info, NULL);
+
+    if (got != 0)
+        return got < 0 ? -1 : info.is_dir ? 1 : 0;
+    if (!can_exec(sandbox->client->plugin))
+        return -1;
+    char *cpath = command_path(sandbox, path, &e);
+    sbx_result *r = cpath ? run_script(sandbox, mode_script, cpath, NULL, -1, -1, NULL, &e)
+                          : NULL;
+    free(cpath);
+    sbx_error_free(e);
+    if (!r)
+        return -1;
+    int code = sbx_result_is_timed_out(r) ? -1 : sbx_result_get_exit_code(r);
+    sbx_result_free(r);
+    return code == 4 ? 1 : code == 0 ? 0 : -1;
 }
 
 /* A plugin's failed read_file (@want_dir 0) or list_files (@want_dir 1)
@@ -937,23 +948,16 @@ fail:
 static int
 sandbox_file_mode(sbx_sandbox *sandbox, const char *path, uint32_t *mode, sbx_error **err)
 {
-    int (*slot)(sbx_plugin_sandbox *, const sbx_call_ctx *, const char *,
-                sbx_plugin_file_info *, sbx_error **);
+    sbx_plugin_file_info info;
     sbx_result *r = NULL;
 
     *mode = 0644;
-    slot = SBX_SLOT(sandbox->client->plugin, stat_file);
-    if (slot) {
-        sbx_plugin_file_info info;
-        sbx_call_ctx ctx;
-
-        memset(&info, 0, sizeof(info));
-        info.struct_size = sizeof(info);
-        sbx_call_ctx_init_for(&ctx, sandbox->client);
-        if (slot(sandbox->handle, &ctx, path, &info, err) != 0) {
-            sbx_error_ensure(err, sandbox->client->backend, "stat_file");
-            return -1;
-        }
+    int got = stat_through_slot(sandbox, path, &info, err);
+    if (got < 0) {
+        sbx_error_ensure(err, sandbox->client->backend, "stat_file");
+        return -1;
+    }
+    if (got > 0) {
         if (info.is_dir) {
             sbx_error *e = sbx_set_error(err, SBX_ERROR_INVALID_ARGUMENT, NULL,
                                          "\"%s\" is a directory", path);
