@@ -2093,17 +2093,23 @@ void cl_fd_body_init(cl_fd_body *m, const char *head, size_t head_len, const cha
     m->spool_ok = m->spool != NULL;
 }
 
+/* The next bytes of the fixed part @src (@len bytes, *@off of them given
+ * already) into @buf (@cap bytes): how many (0 once all were given). */
+static ssize_t fd_body_take(char *buf, size_t cap, const char *src, size_t len, size_t *off)
+{
+    size_t n = len - *off;
+    if (n > cap)
+        n = cap;
+    memcpy(buf, src + *off, n);
+    *off += n;
+    return (ssize_t)n;
+}
+
 ssize_t cl_fd_body_read(void *ud, char *buf, size_t cap)
 {
     cl_fd_body *m = ud;
-    if (m->head_off < m->head_len) {
-        size_t n = m->head_len - m->head_off;
-        if (n > cap)
-            n = cap;
-        memcpy(buf, m->head + m->head_off, n);
-        m->head_off += n;
-        return (ssize_t)n;
-    }
+    if (m->head_off < m->head_len)
+        return fd_body_take(buf, cap, m->head, m->head_len, &m->head_off);
     if (m->replaying) {
         size_t n = fread(buf, 1, cap, m->spool);
         if (n > 0)
@@ -2126,12 +2132,7 @@ ssize_t cl_fd_body_read(void *ud, char *buf, size_t cap)
             return n;
         m->at_eof = 1;
     }
-    size_t n = m->tail_len - m->tail_off;
-    if (n > cap)
-        n = cap;
-    memcpy(buf, m->tail + m->tail_off, n);
-    m->tail_off += n;
-    return (ssize_t)n;
+    return fd_body_take(buf, cap, m->tail, m->tail_len, &m->tail_off);
 }
 
 int cl_fd_body_rewind(void *ud)
