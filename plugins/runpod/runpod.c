@@ -892,11 +892,7 @@ static int rp_probe_ssh(struct sbx_plugin_sandbox *sb, const sbx_call_ctx *ctx, 
     }
 }
 
-static void rp_reap_lost(struct sbx_plugin_client *c, const char *token)
-{
-    cl_reap_now(c->cl.reaper, NULL, token, 1.5);
-    cl_reaper_add(c->cl.reaper, token, 30.0);
-}
+
 
 static int rp_create(sbx_plugin_client *client, const sbx_call_ctx *ctx,
                      const sbx_plugin_create_request *rq, sbx_plugin_sandbox **sandbox,
@@ -932,12 +928,12 @@ static int rp_create(sbx_plugin_client *client, const sbx_call_ctx *ctx,
         if (l.unknown)
             cl_outcome_unknown(err);
         if (ctx && ctx->create_token && l.unknown)
-            rp_reap_lost(c, ctx->create_token);
+            cl_reap_lost(c->cl.reaper, ctx->create_token);
         goto out;
     }
     if (r.status / 100 != 2) {
         if (r.maybe_acted && ctx && ctx->create_token)
-            rp_reap_lost(c, ctx->create_token);
+            cl_reap_lost(c->cl.reaper, ctx->create_token);
         cl_fail_status(c->cl.http, error, r.status / 100 == 4 && r.status != 401 && r.status != 403
                                        && r.status != 429 && r.status != 408
                                        ? SBX_ERROR_CONFIGURATION : CL_CODE_BY_STATUS,

@@ -970,9 +970,11 @@ int cl_reaper_add(cl_reaper *r, const char *token, double window_s);
 /**
  * What a plugin does with a create sent and not answered (or answered with
  * a failure after the provider may have acted), whose sandbox the provider
- * may still make (CASE-20): cl_reap_now() once, with 1.5 s of its own (the
- * call's deadline has passed), then cl_reaper_add() for 30 s. Thread-safe.
+ * may still make (CASE-20): cl_reap_now() once, with CL_LOST_LOOK_S of its
+ * own (the call's deadline has passed; CASE-20 wants the error within half
+ * a second of it), then cl_reaper_add() for 30 s. Thread-safe.
  */
+#define CL_LOST_LOOK_S 0.5
 void cl_reap_lost(cl_reaper *r, const char *token);
 void cl_reaper_free(cl_reaper *r);
 

@@ -202,6 +202,6 @@ void cl_reaper_free(cl_reaper *r)
 
 void cl_reap_lost(cl_reaper *r, const char *token)
 {
-    cl_reap_now(r, NULL, token, 1.5);
+    cl_reap_now(r, NULL, token, CL_LOST_LOOK_S);
     cl_reaper_add(r, token, 30.0);
 }
