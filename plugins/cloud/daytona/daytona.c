@@ -869,7 +869,7 @@ static int dt_run_short(struct sbx_plugin_sandbox *sb, const sbx_call_ctx *ctx, 
 static void dt_reap_lost(struct sbx_plugin_client *c, const char *token)
 {
     sbx_call_ctx now = { sizeof(now), 0, -1, NULL };
-    int n = cl_reap_now(c->cl.reaper, &now, token, 10.0);
+    int n = cl_reap_now(c->cl.reaper, &now, token, CL_LOST_LOOK_S);
     CL_LOG(SBX_LOG_WARNING, "create %s had no usable answer: %d sandbox(es) deleted so far, "
            "looking for %.0f s more", token, n < 0 ? 0 : n, DT_REAP_WINDOW_S);
     cl_reaper_add(c->cl.reaper, token, DT_REAP_WINDOW_S);
