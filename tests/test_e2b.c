@@ -237,12 +237,8 @@ Test(e2b, late_create_is_deleted)
      * (by the create's own look, or the reaper's after it). */
     cr_assert(dt <= 1.5, "the create returned after %.2f s", dt);
     sbx_error_free(err);
-    size_t live = fake_live();
-    for (int i = 0; i < 100 && live != n0; i++) {
-        usleep(100000);
-        live = fake_live();
-    }
-    cr_assert_eq(live, n0, "the late sandbox was not deleted within 10 s");
+    cr_assert_eq(tu_wait_count(fake_live, n0, 10.0), n0,
+                 "the late sandbox was not deleted within 10 s");
 }
 
 /* ------------------------------------------------------------ CASE-19 */

@@ -809,6 +809,17 @@ size_t tu_wait_procs_gone(const char *path, pid_t *pids, size_t max, double secs
     return n;
 }
 
+size_t tu_wait_count(size_t (*count)(void), size_t want, double secs)
+{
+    double end = tu_now() + secs;
+    size_t n = count();
+    while (n != want && tu_now() < end) {
+        usleep(100000);
+        n = count();
+    }
+    return n;
+}
+
 size_t tu_pids_where(int (*match)(pid_t pid, void *ud), void *ud, pid_t *pids, size_t max)
 {
     DIR *d = opendir("/proc");

@@ -155,6 +155,9 @@ size_t tu_procs_mentioning(const char *path, pid_t *pids, size_t max);
  * an ending process's mounts or namespaces) are waited for up to 30 s
  * more, as long as every one left is in one of those states. */
 size_t tu_wait_procs_gone(const char *path, pid_t *pids, size_t max, double secs);
+/* @count() asked every 100 ms until it returns @want or @secs pass: its
+ * last answer. */
+size_t tu_wait_count(size_t (*count)(void), size_t want, double secs);
 
 /* 1 when @pid runs the plugin host program ($SBX_PLUGIN_HOST). */
 int tu_is_plugin_host(pid_t pid);
