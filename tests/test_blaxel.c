@@ -11,7 +11,8 @@
  * end; a sandbox the provider lost is gone (CASE-32); a command's output
  * reaches the output callback while it runs, and a stream that breaks off
  * mid-answer is followed to the command's end (or, when the process cannot
- * be followed, is a connection error naming it).
+ * be followed, is a connection error naming it); an exec whose text is not
+ * UTF-8 is refused before anything is sent (issue 16).
  */
 #include "testutil.h"
 
@@ -146,6 +147,16 @@ Test(blaxel, a_cpu_the_memory_does_not_give_is_a_configuration_error)
     json_object *log = tu_fake_log();
     cr_assert_eq(tu_fake_count(log, "POST", "/v0/sandboxes", NULL, 0), 0);
     json_object_put(log);
+}
+
+/* Issue 16: what POST /process's JSON cannot carry (a byte that is not
+ * UTF-8 in an argument, the shell command, an env value, the cwd) is
+ * invalid_argument naming the part, before anything is sent; file paths go
+ * in the URL, which carries any byte (testutil.c). */
+Test(blaxel, text_json_cannot_carry_is_refused_before_sending)
+{
+    g_sb = tu_create(g_client, NULL);
+    tu_json_text_refused("blaxel", g_sb, 0);
 }
 
 Test(blaxel, a_file_past_5_mb_goes_in_parts_and_reads_back_exactly)

@@ -1403,6 +1403,38 @@ Test(util, buf_take)
     cr_assert_eq(c.len, 0);
 }
 
+/* What a provider's API cannot carry as text: the part named, the API in
+ * the words; an environment that travels as bytes is not looked at, and
+ * what the JSON check finds the same. */
+Test(util, text_check_names_the_part_and_the_api)
+{
+    static const char *const argv[] = { "printf", "%s", "\xff", NULL };
+    static const char *const env[] = { "C=\xc3\x28", NULL };
+    sbx_plugin_exec_request rq = { .struct_size = sizeof(rq), .argv = argv };
+    cr_assert_eq(cl_text_check(&rq, NULL, "protobuf", 0, "exec", NULL), -1);
+    cr_assert_eq(cl_last()->code, SBX_ERROR_INVALID_ARGUMENT);
+    cr_assert_str_eq(cl_last()->msg, "argument 2 is not valid UTF-8: the provider's API "
+                     "(protobuf) cannot carry it");
+    rq.argv = NULL;
+    rq.shell = "echo hi";
+    rq.env = env;
+    cr_assert_eq(cl_text_check(&rq, NULL, "protobuf", 0, "exec", NULL), -1);
+    cr_assert_str_eq(cl_last()->msg, "environment variable C is not valid UTF-8: the "
+                     "provider's API (protobuf) cannot carry it");
+    cr_assert_eq(cl_json_text_check(&rq, NULL, "exec", NULL), -1);
+    cr_assert_str_eq(cl_last()->msg, "environment variable C is not valid UTF-8: the "
+                     "provider's API (JSON) cannot carry it");
+    cr_assert_eq(cl_text_check(&rq, NULL, "JSON", CL_TEXT_ENV_AS_BYTES, "exec", NULL), 0);
+    rq.cwd = "/tmp/\xff";
+    cr_assert_eq(cl_text_check(&rq, NULL, "JSON", CL_TEXT_ENV_AS_BYTES, "exec", NULL), -1);
+    cr_assert_str_eq(cl_last()->msg, "the working directory is not valid UTF-8: the "
+                     "provider's API (JSON) cannot carry it");
+    cr_assert_eq(cl_text_check(NULL, "/tmp/\xfe", "protobuf", 0, "write_file", NULL), -1);
+    cr_assert_str_eq(cl_last()->msg, "the path is not valid UTF-8: the provider's API "
+                     "(protobuf) cannot carry it");
+    cr_assert_eq(cl_text_check(NULL, "/tmp/\xc3\xa9", "protobuf", 0, "write_file", NULL), 0);
+}
+
 Test(util, json_bool_as_json_c_reads_it)
 {
     json_object *j = json_tokener_parse(

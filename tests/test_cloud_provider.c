@@ -2202,7 +2202,14 @@ Test(provider, env_names_check)
     cr_assert_eq(cl_env_names_check(good, "exec", NULL), 0);
     cr_assert_eq(cl_env_names_check(NULL, "exec", NULL), 0);
     static const char *const digit[] = { "A=1", "9LIVES=x", NULL };
-    cr_assert_eq(cl_env_names_check(digit, "exec", NULL), -1);
+    cl_host = &rec_host;
+    sbx_error *err = NULL;
+    cr_assert_eq(cl_env_names_check(digit, "exec", &err), -1);
+    cl_host = NULL;
+    cr_assert_not_null(err);
+    /* The variable's name, under a key the host does not redact. */
+    cr_assert_str_eq(err->pairs, "env_name=9LIVES;");
+    free(err);
     cr_assert_eq(cl_last()->code, SBX_ERROR_INVALID_ARGUMENT);
     cr_assert_str_eq(cl_last()->msg, "env key \"9LIVES\" is not a shell name (KEY=VALUE, KEY of "
                      "letters, digits and _, not starting with a digit)");

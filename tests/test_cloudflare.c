@@ -15,8 +15,9 @@
  * the client's side; the lifetime, which the bridge cannot carry, is kept
  * by a process in the container (a 2 s one ends the sandbox's commands and
  * files by 4 s; calls after it are not_found naming the expiry, and a
- * resume then deletes the sandbox). The fake's routes (/_fake/exec_error,
- * /_fake/faults, /_fake/log) script and count requests.
+ * resume then deletes the sandbox); text the bridge's JSON cannot carry is
+ * refused before anything is sent (issue 16). The fake's routes
+ * (/_fake/exec_error, /_fake/faults, /_fake/log) script and count requests.
  */
 #include "testutil.h"
 
@@ -65,6 +66,27 @@ static sbx_sandbox *create_plain(void)
     sbx_sandbox *sb = tu_create(g_client, o);
     sbx_options_free(o);
     return sb;
+}
+
+/* Issue 16: what the bridge's JSON cannot carry (a byte that is not UTF-8
+ * in an argument, the shell command, the cwd; a path of write_file, whose
+ * chmod or move is a command, of list_files, a command, or of read_file
+ * outside /workspace, a command) is invalid_argument naming the part,
+ * before anything is sent; an env value goes in a staged file and arrives
+ * exact (testutil.c). A read under /workspace goes in the URL, which
+ * carries any byte: a file that is not there is not_found. */
+Test(cloudflare, text_json_cannot_carry_is_refused_before_sending)
+{
+    g_sb = create_plain();
+    tu_json_text_refused("cloudflare", g_sb, TU_TEXT_WRITE | TU_TEXT_READ | TU_TEXT_LIST
+                                             | TU_TEXT_ENV_AS_BYTES);
+    char *data = NULL;
+    size_t len = 0;
+    sbx_error *err = NULL;
+    cr_assert_eq(sbx_sandbox_read_file(g_sb, "/workspace/\xff\xfe", &data, &len, &err), -1);
+    cr_assert_eq(sbx_error_get_code(err), SBX_ERROR_NOT_FOUND, "%s: %s",
+                 sbx_error_code_name(sbx_error_get_code(err)), sbx_error_get0_message(err));
+    sbx_error_free(err);
 }
 
 static sbx_error *exec_with_error_event(const char *code)

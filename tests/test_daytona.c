@@ -2036,7 +2036,7 @@ Test(daytona_faults, warm_execs_share_one_connection)
  * part, before anything is sent (testutil.c). */
 Test(daytona_faults, text_json_cannot_carry_is_refused_before_sending)
 {
-    tu_json_text_refused("daytona", g_sb, 0);
+    tu_json_text_refused("daytona", g_sb, TU_TEXT_WRITE);
 }
 
 Test(daytona_faults, files_case17_all_byte_values_round_trip)

@@ -797,7 +797,7 @@ Test(e2b, warm_execs_share_one_connection)
 Test(e2b, text_json_cannot_carry_is_refused_before_sending)
 {
     g_sb = create_with_lifetime(600);
-    tu_json_text_refused("e2b", g_sb, 1);
+    tu_json_text_refused("e2b", g_sb, TU_TEXT_WRITE | TU_TEXT_LIST);
 }
 
 Test(e2b, files_case17_all_byte_values_round_trip)

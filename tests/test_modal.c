@@ -19,7 +19,9 @@
  * token of AuthTokenGet rides on every unary control call; list_owned and
  * destroy_by_id take only what this library made, and sbx gc reaps a
  * create whose answer was lost; a port given at create is reached through
- * its TLS tunnel; over TLS the channels re-use their connections.
+ * its TLS tunnel; over TLS the channels re-use their connections; text
+ * a protobuf string cannot carry is refused before anything is sent
+ * (issue 16).
  */
 #ifndef _GNU_SOURCE
 #define _GNU_SOURCE     /* memmem */
@@ -91,6 +93,18 @@ static size_t fake_live(void)
 /* SandboxCreate answered RESOURCE_EXHAUSTED twice: sent three times, each
  * re-send after a backoff of at least 0.5 s (no tight loop), and the create
  * succeeds. */
+/* Issue 16: what a protobuf string field cannot carry (a byte that is not
+ * UTF-8 in an argument, the shell command, an env value, the cwd, all in
+ * TaskExecStart or the env's Secret; a path of write_file, read_file or
+ * list_files, in their helper's command) is invalid_argument naming the
+ * part, before anything is sent (testutil.c). */
+Test(modal, text_protobuf_cannot_carry_is_refused_before_sending)
+{
+    g_sb = tu_create(g_client, NULL);
+    tu_json_text_refused("modal", g_sb, TU_TEXT_WRITE | TU_TEXT_READ | TU_TEXT_LIST
+                                        | TU_TEXT_PROTOBUF);
+}
+
 Test(modal, case19_resource_exhausted_is_retried_with_backoff)
 {
     tu_fake_post("/_fake/faults", "{\"path\":\"SandboxCreate$\",\"code\":8,\"times\":2,"

@@ -14,7 +14,8 @@
  * suspended devbox before it waits (CASE-53); a create answered after
  * its deadline is found by its token and shut down (CASE-20); a command's
  * output reaches the output callback while it runs (the update streams),
- * and an update stream cut off is reopened at its byte offset.
+ * and an update stream cut off is reopened at its byte offset; text the
+ * API's JSON cannot carry is refused before anything is sent (issue 16).
  */
 #include "testutil.h"
 
@@ -145,6 +146,19 @@ Test(runloop, a_lost_execute_answer_is_sent_again_and_runs_once)
     json_object_put(bodies[1]);
     free(re);
     json_object_put(log);
+}
+
+/* Issue 16: what the API's JSON cannot carry (a byte that is not UTF-8 in
+ * an argument, the shell command, the cwd; a path of read_file, whose
+ * download names it in JSON, of write_file, whose chmod is a command, or
+ * of list_files, a command) is invalid_argument naming the part, before
+ * anything is sent; an env value goes as a file's bytes and arrives
+ * exact (testutil.c). */
+Test(runloop, text_json_cannot_carry_is_refused_before_sending)
+{
+    g_sb = tu_create(g_client, NULL);
+    tu_json_text_refused("runloop", g_sb, TU_TEXT_WRITE | TU_TEXT_READ | TU_TEXT_LIST
+                                          | TU_TEXT_ENV_AS_BYTES);
 }
 
 Test(runloop, the_408_loop_goes_on_until_the_command_completes)

@@ -1261,7 +1261,7 @@ Test(tensorlake, write_file_with_a_relative_path_under_the_workdir)
 Test(tensorlake, text_json_cannot_carry_is_refused_before_sending)
 {
     g_sb = create_with(NULL);
-    tu_json_text_refused("tensorlake", g_sb, 0);
+    tu_json_text_refused("tensorlake", g_sb, TU_TEXT_WRITE);
 }
 
 Test(tensorlake, files_case17_all_byte_values_round_trip)

@@ -12,7 +12,9 @@
  * of the list (CASE-35); a VERCEL_OIDC_TOKEN that is not a JWT is a
  * configuration error; the client options team_id and project_id come
  * before the variables and must be strings; a create answered after its
- * deadline is found by the token in its env and stopped (CASE-20).
+ * deadline is found by the token in its env and stopped (CASE-20); text
+ * the API's JSON cannot carry is refused before anything is sent (issue
+ * 16).
  */
 #include "testutil.h"
 
@@ -116,6 +118,19 @@ static long long vcpus_of(double cpu, long long memory_mb)
     cr_assert_eq(sbx_sandbox_destroy(sb, NULL), 0);
     sbx_sandbox_free(sb);
     return v;
+}
+
+/* Issue 16: what the API's JSON cannot carry (a byte that is not UTF-8 in
+ * an argument, the shell command, the cwd; a path of read_file, whose
+ * fs/read names it in JSON, of write_file, whose chmod is a command, or
+ * of list_files, a command) is invalid_argument naming the part, before
+ * anything is sent; an env value goes as a file's bytes and arrives
+ * exact (testutil.c). */
+Test(vercel, text_json_cannot_carry_is_refused_before_sending)
+{
+    g_sb = create_with(0, 0, 0, 1);
+    tu_json_text_refused("vercel", g_sb, TU_TEXT_WRITE | TU_TEXT_READ | TU_TEXT_LIST
+                                         | TU_TEXT_ENV_AS_BYTES);
 }
 
 Test(vercel, cpu_and_memory_pick_the_fewest_vcpus_that_hold_both)

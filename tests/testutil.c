@@ -1658,13 +1658,15 @@ static char *sandbox_home(sbx_sandbox *sb)
     return h;
 }
 
-#define TU_NOT_JSON ": the provider's API (JSON) cannot carry it"
-
-/* @err is the refusal of a part that is not UTF-8 text (@msg), op @op,
- * context @key=@val (@key NULL: none looked at); frees it. */
-static void assert_not_json(sbx_error *err, const char *backend, const char *op,
-                            const char *msg, const char *key, const char *val)
+/* @err is the refusal of a part that is not UTF-8 text (@what, then
+ * " is not valid UTF-8: the provider's API (@api) cannot carry it"), op
+ * @op, context @key=@val (@key NULL: none looked at); frees it. */
+static void assert_not_text(sbx_error *err, const char *backend, const char *api,
+                            const char *op, const char *what, const char *key,
+                            const char *val)
 {
+    char *msg = tu_strdup_printf("%s is not valid UTF-8: the provider's API (%s) cannot carry "
+                                 "it", what, api);
     cr_assert_not_null(err, "%s: no error", msg);
     cr_assert_eq(sbx_error_get_code(err), SBX_ERROR_INVALID_ARGUMENT, "%s: %s",
                  sbx_error_code_name(sbx_error_get_code(err)), sbx_error_get0_message(err));
@@ -1674,9 +1676,10 @@ static void assert_not_json(sbx_error *err, const char *backend, const char *op,
     if (key)
         cr_assert_str_eq(sbx_error_get0_context(err, key), val);
     sbx_error_free(err);
+    free(msg);
 }
 
-void tu_json_text_refused(const char *backend, sbx_sandbox *sb, int paths_in_json)
+void tu_json_text_refused(const char *backend, sbx_sandbox *sb, unsigned parts)
 {
     static const char *const argv[] = { "printf", "%s", "\xff\xfe", NULL };
     static const char *const env[] = { "C=\xff\xfe", NULL };
@@ -1685,42 +1688,59 @@ void tu_json_text_refused(const char *backend, sbx_sandbox *sb, int paths_in_jso
         const char *shell;
         const char *const *env;
         const char *cwd;
-        const char *msg, *key, *val;
+        const char *what, *key, *val;
     } cases[] = {
-        { argv, NULL, NULL, NULL, "argument 2 is not valid UTF-8" TU_NOT_JSON, "argument", "2" },
-        { NULL, "printf '%s' '\xff'", NULL, NULL,
-          "the shell command is not valid UTF-8" TU_NOT_JSON, NULL, NULL },
-        { NULL, "echo hi", env, NULL, "environment variable C is not valid UTF-8" TU_NOT_JSON,
-          "env_name", "C" },
-        { NULL, "echo hi", NULL, "/tmp/\xff", "the working directory is not valid UTF-8"
-          TU_NOT_JSON, NULL, NULL },
+        { argv, NULL, NULL, NULL, "argument 2", "argument", "2" },
+        { NULL, "printf '%s' '\xff'", NULL, NULL, "the shell command", NULL, NULL },
+        { NULL, "echo hi", env, NULL, "environment variable C", "env_name", "C" },
+        { NULL, "echo hi", NULL, "/tmp/\xff", "the working directory", NULL, NULL },
     };
+    const char *api = parts & TU_TEXT_PROTOBUF ? "protobuf" : "JSON";
     tu_fake_reset();
     for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        if (cases[i].env && (parts & TU_TEXT_ENV_AS_BYTES))
+            continue;
         sbx_exec_request req = SBX_EXEC_REQUEST_INIT;
         req.argv = cases[i].argv;
         req.shell = cases[i].shell;
         req.env = cases[i].env;
         req.cwd = cases[i].cwd;
-        assert_not_json(tu_exec_fail(sb, &req, SBX_ERROR_INVALID_ARGUMENT), backend, "exec",
-                        cases[i].msg, cases[i].key, cases[i].val);
+        assert_not_text(tu_exec_fail(sb, &req, SBX_ERROR_INVALID_ARGUMENT), backend, api, "exec",
+                        cases[i].what, cases[i].key, cases[i].val);
     }
     sbx_error *err = NULL;
-    cr_assert_eq(sbx_sandbox_write_file(sb, "/tmp/\xff\xfe", "x", 1, &err), -1);
-    assert_not_json(err, backend, "write_file", "the path is not valid UTF-8" TU_NOT_JSON, NULL,
-                    NULL);
-    if (paths_in_json) {
+    if (parts & TU_TEXT_WRITE) {
+        cr_assert_eq(sbx_sandbox_write_file(sb, "/tmp/\xff\xfe", "x", 1, &err), -1);
+        assert_not_text(err, backend, api, "write_file", "the path", NULL, NULL);
+    }
+    if (parts & TU_TEXT_READ) {
+        char *data = NULL;
+        size_t len = 0;
+        err = NULL;
+        cr_assert_eq(sbx_sandbox_read_file(sb, "/tmp/\xff\xfe", &data, &len, &err), -1);
+        assert_not_text(err, backend, api, "read_file", "the path", NULL, NULL);
+    }
+    if (parts & TU_TEXT_LIST) {
         sbx_file_info **list = NULL;
         size_t n = 0;
         err = NULL;
         cr_assert_eq(sbx_sandbox_list_files(sb, "/tmp/\xff\xfe", &list, &n, &err), -1);
-        assert_not_json(err, backend, "list_files", "the path is not valid UTF-8" TU_NOT_JSON,
-                        NULL, NULL);
+        assert_not_text(err, backend, api, "list_files", "the path", NULL, NULL);
     }
     struct json_object *log = tu_fake_log();
     cr_assert_eq(json_object_array_length(log), 0, "requests were sent: %s",
                  json_object_to_json_string(log));
     json_object_put(log);
+    if (parts & TU_TEXT_ENV_AS_BYTES) {
+        /* The value goes as bytes: it arrives as it was. */
+        sbx_exec_request req = SBX_EXEC_REQUEST_INIT;
+        req.shell = "printf '%s' \"$C\"";
+        req.env = env;
+        sbx_result *r = tu_exec(sb, &req);
+        tu_assert_exit(r, 0);
+        tu_assert_stdout(r, "\xff\xfe");
+        sbx_result_free(r);
+    }
     sbx_result *r = tu_sh(sb, "test -e \"$(printf '/tmp/\\377\\376')\" && echo left || echo none",
                           30);
     tu_assert_stdout(r, "none\n");

@@ -221,16 +221,25 @@ void tu_files_list_exact(sbx_sandbox *sb);
 void tu_files_home_is_writable(sbx_sandbox *sb);
 void tu_files_case45(sbx_sandbox *sb);
 void tu_files_case46(sbx_sandbox *sb);
-/* A backend whose API is JSON (e2b, daytona, tensorlake) refuses what a
- * JSON string cannot carry before it sends anything: an exec of argv
- * {"printf", "%s", "\xff\xfe"}, of the shell command "printf '%s' '\xff'",
- * with env C=\xff\xfe, in cwd /tmp/\xff, and write_file of /tmp/\xff\xfe
- * (and, when @paths_in_json, list_files of it) each fail with
- * invalid_argument, backend @backend, the exact message naming the part
- * ("argument 2 is not valid UTF-8: the provider's API (JSON) cannot carry
- * it", ...) and its op; the fake logged no request for any of them, and no
- * file /tmp/\xff\xfe was left in the sandbox. */
-void tu_json_text_refused(const char *backend, sbx_sandbox *sb, int paths_in_json);
+/* A backend whose API carries text only (JSON strings, or protobuf string
+ * fields: e2b, daytona, tensorlake, blaxel, runloop, vercel, cloudflare,
+ * modal) refuses what that text cannot carry before it sends anything: an
+ * exec of argv {"printf", "%s", "\xff\xfe"}, of the shell command
+ * "printf '%s' '\xff'", with env C=\xff\xfe (unless TU_TEXT_ENV_AS_BYTES),
+ * in cwd /tmp/\xff, and, as @parts says, write_file, read_file and
+ * list_files of /tmp/\xff\xfe, each fail with invalid_argument, backend
+ * @backend, the exact message naming the part ("argument 2 is not valid
+ * UTF-8: the provider's API (JSON) cannot carry it", ...; "(protobuf)" with
+ * TU_TEXT_PROTOBUF), context argument=2 / env_name=C, and its op; the fake
+ * logged no request for any of them. With TU_TEXT_ENV_AS_BYTES an exec
+ * with env C=\xff\xfe then prints exactly those two bytes. No file
+ * /tmp/\xff\xfe is left in the sandbox. */
+#define TU_TEXT_WRITE 0x1u          /* write_file's path goes as text (its chmod is a command) */
+#define TU_TEXT_LIST 0x2u           /* list_files's path goes as text */
+#define TU_TEXT_READ 0x4u           /* read_file's path goes as text */
+#define TU_TEXT_ENV_AS_BYTES 0x8u   /* the per-call env goes as a staged file's bytes */
+#define TU_TEXT_PROTOBUF 0x10u      /* the API is protobuf (the messages say so) */
+void tu_json_text_refused(const char *backend, sbx_sandbox *sb, unsigned parts);
 
 /* How many TCP connections the requests of @log came on (the distinct
  * "conn" numbers the fake gives its entries). */

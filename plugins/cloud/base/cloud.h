@@ -212,6 +212,21 @@ int cl_utf8_valid(const char *s);
 int cl_json_text_check(const sbx_plugin_exec_request *rq, const char *path, const char *op,
                        sbx_error **error);
 
+/** cl_text_check() @flags: the per-call environment travels as a file's
+ *  bytes (staged in the sandbox and sourced by the command), not in the
+ *  API's text, so it is not looked at. */
+#define CL_TEXT_ENV_AS_BYTES 0x1u
+
+/**
+ * cl_json_text_check() for a provider whose API is @api (a short name,
+ * "JSON" or "protobuf": a proto3 string field holds UTF-8 text only, as a
+ * JSON string does), each message ending ": the provider's API (@api)
+ * cannot carry it"; @flags 0 or CL_TEXT_ENV_AS_BYTES. cl_json_text_check()
+ * is cl_text_check(@rq, @path, "JSON", 0, @op, @error). Thread-safe.
+ */
+int cl_text_check(const sbx_plugin_exec_request *rq, const char *path, const char *api,
+                  unsigned flags, const char *op, sbx_error **error);
+
 /** @s quoted for a POSIX shell ('…', with ' as '\''): a new string. */
 char *cl_shell_quote(const char *s);
 /**

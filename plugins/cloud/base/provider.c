@@ -705,7 +705,7 @@ int cl_env_names_check(const char *const *env, const char *op, sbx_error **error
             sbx_error *err = cl_fail(error, SBX_ERROR_INVALID_ARGUMENT, op,
                                      "env key \"%s\" is not a shell name (KEY=VALUE, KEY of "
                                      "letters, digits and _, not starting with a digit)", key);
-            cl_context(err, "env_key", key);
+            cl_context(err, "env_name", key);
             return -1;
         }
     }

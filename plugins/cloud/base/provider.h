@@ -450,8 +450,9 @@ char *cl_env_file(const char *const *env);
  * shell assignments or exports: 0 when every key is a shell name (letters,
  * digits and '_', not starting with a digit); else -1 with invalid_argument
  * "env key \"K\" is not a shell name (KEY=VALUE, KEY of letters, digits
- * and _, not starting with a digit)", context env_key=K (cut to 127
- * bytes), op @op; a string without '=' fails the same way. Thread-safe.
+ * and _, not starting with a digit)", context env_name=K (cut to 127
+ * bytes; a key ending in "_key" would be redacted as a secret), op @op; a
+ * string without '=' fails the same way. Thread-safe.
  */
 int cl_env_names_check(const char *const *env, const char *op, sbx_error **error);
 

@@ -416,24 +416,24 @@ int cl_utf8_valid(const char *s)
     return 1;
 }
 
-#define CL_NOT_JSON_TEXT "is not valid UTF-8: the provider's API (JSON) cannot carry it"
+#define CL_NOT_TEXT "is not valid UTF-8: the provider's API (%s) cannot carry it"
 
-int cl_json_text_check(const sbx_plugin_exec_request *rq, const char *path, const char *op,
-                       sbx_error **error)
+int cl_text_check(const sbx_plugin_exec_request *rq, const char *path, const char *api,
+                  unsigned flags, const char *op, sbx_error **error)
 {
     char n[32];
     for (size_t i = 0; rq && rq->argv && rq->argv[i]; i++)
         if (!cl_utf8_valid(rq->argv[i])) {
             snprintf(n, sizeof n, "%zu", i);
             cl_context(cl_fail(error, SBX_ERROR_INVALID_ARGUMENT, op,
-                               "argument %zu " CL_NOT_JSON_TEXT, i), "argument", n);
+                               "argument %zu " CL_NOT_TEXT, i, api), "argument", n);
             return -1;
         }
     if (rq && !cl_utf8_valid(rq->shell)) {
-        cl_fail(error, SBX_ERROR_INVALID_ARGUMENT, op, "the shell command " CL_NOT_JSON_TEXT);
+        cl_fail(error, SBX_ERROR_INVALID_ARGUMENT, op, "the shell command " CL_NOT_TEXT, api);
         return -1;
     }
-    for (size_t i = 0; rq && rq->env && rq->env[i]; i++) {
+    for (size_t i = 0; rq && !(flags & CL_TEXT_ENV_AS_BYTES) && rq->env && rq->env[i]; i++) {
         if (cl_utf8_valid(rq->env[i]))
             continue;
         const char *eq = strchr(rq->env[i], '=');
@@ -441,27 +441,33 @@ int cl_json_text_check(const sbx_plugin_exec_request *rq, const char *path, cons
         char *key = strndup(rq->env[i], kn);
         if (key && cl_utf8_valid(key)) {
             cl_context(cl_fail(error, SBX_ERROR_INVALID_ARGUMENT, op,
-                               "environment variable %s " CL_NOT_JSON_TEXT, key), "env_name", key);
+                               "environment variable %s " CL_NOT_TEXT, key, api), "env_name", key);
         } else {
             cl_fail(error, SBX_ERROR_INVALID_ARGUMENT, op,
-                    "the name of environment variable %zu " CL_NOT_JSON_TEXT, i);
+                    "the name of environment variable %zu " CL_NOT_TEXT, i, api);
         }
         free(key);
         return -1;
     }
     if (rq && !cl_utf8_valid(rq->cwd)) {
-        cl_fail(error, SBX_ERROR_INVALID_ARGUMENT, op, "the working directory " CL_NOT_JSON_TEXT);
+        cl_fail(error, SBX_ERROR_INVALID_ARGUMENT, op, "the working directory " CL_NOT_TEXT, api);
         return -1;
     }
     if (rq && !cl_utf8_valid(rq->user)) {
-        cl_fail(error, SBX_ERROR_INVALID_ARGUMENT, op, "the user " CL_NOT_JSON_TEXT);
+        cl_fail(error, SBX_ERROR_INVALID_ARGUMENT, op, "the user " CL_NOT_TEXT, api);
         return -1;
     }
     if (!cl_utf8_valid(path)) {
-        cl_fail(error, SBX_ERROR_INVALID_ARGUMENT, op, "the path " CL_NOT_JSON_TEXT);
+        cl_fail(error, SBX_ERROR_INVALID_ARGUMENT, op, "the path " CL_NOT_TEXT, api);
         return -1;
     }
     return 0;
+}
+
+int cl_json_text_check(const sbx_plugin_exec_request *rq, const char *path, const char *op,
+                       sbx_error **error)
+{
+    return cl_text_check(rq, path, "JSON", 0, op, error);
 }
 
 char *cl_shell_quote(const char *s)

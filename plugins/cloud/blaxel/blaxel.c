@@ -63,13 +63,17 @@
  *    /tmp/.TAG.out and .err, no directory made). Every process of the
  *    command carries CL_EXEC_MARK=<its tag> (the shell around it and the
  *    tails carry <tag>-io), so exec_kill (a command of its own) signals
- *    all of them, setsid'd and orphaned ones included.
+ *    all of them, setsid'd and orphaned ones included. An argument, shell
+ *    command, env value or cwd that is not UTF-8 (a JSON string cannot
+ *    carry it) is invalid_argument naming it, before anything is sent
+ *    (issue 16).
  *  - files: GET {url}/filesystem/{path} ("Accept: application/octet-stream":
  *    raw bytes; else a directory's listing), PUT as multipart/form-data
  *    (file, permissions) up to BL_PART_BYTES, past that the multipart
  *    upload (initiate, parts of BL_PART_BYTES, complete with the parts'
  *    etags; abort on failure). A relative path is taken from the workdir
  *    (else /). At most BL_PART_BYTES of a file are in memory at once.
+ *    Paths go percent-encoded in the URL, which carries any byte.
  *  - A sandbox the provider no longer has (404, or status TERMINATED,
  *    DELETING, FAILED) is not_found with reason "gone" (CASE-32); every
  *    later call fails at once.
@@ -1327,7 +1331,20 @@ out:
     return code;
 }
 
-CL_SCRIPT_EXEC_START(bl_exec_start, BL_BACKEND, bl_run_short, bl_exec_run)
+/* The command (its script holds the argv or shell text and the cwd) and
+ * its env go as POST /process's JSON: text that is not UTF-8 is refused
+ * before anything is sent (issue 16). */
+static int bl_exec_start(sbx_plugin_sandbox *sb, const sbx_call_ctx *ctx,
+                         const sbx_plugin_exec_request *rq, sbx_plugin_process **process,
+                         sbx_error **error)
+{
+    (void)ctx;
+    if (cl_exec_check(&sb->s, BL_BACKEND, rq, 0, error) < 0
+        || cl_json_text_check(rq, NULL, "exec", error) < 0)
+        return -1;
+    return cl_script_exec_start(sb, BL_BACKEND, sb->s.workdir, rq, bl_run_short, bl_exec_run,
+                                process, error);
+}
 
 /* ------------------------------------------------------------------------ */
 /* The descriptor                                                            */

@@ -46,6 +46,9 @@
  *    CL_OUTPUT_ENCODER (perl), which sends each output byte 0x80-0xFF as the UTF-8
  *    of U+0080-U+00FF, so any bytes come through the text-only bridge as
  *    they were and still live; the create checks the image has perl.
+ *    The script is a JSON string: an argument, shell command or cwd that
+ *    is not UTF-8 is invalid_argument naming it, before anything is sent
+ *    (issue 16); env values go in the staged file, any byte kept.
  *  - terminal (tty_rows/tty_cols): the bridge's terminal WebSocket, GET
  *    /v1/sandbox/{id}/pty?cols=&rows=&shell=&session= (the SDK's
  *    terminal(), through the base's libwebsockets client, ws.h). Its
@@ -74,7 +77,10 @@
  *    not UTF-8 do not come through "cat" as they are). A 403 that still comes is a configuration error naming
  *    the path. list_files is "find" over the exec stream. PUT bodies are
  *    limited to 32 MiB by the bridge (413: invalid_argument naming the
- *    path).
+ *    path). A path that is not UTF-8 is invalid_argument, before anything
+ *    is sent, where a command (a JSON string) names it: write_file (its
+ *    chmod or move), list_files, and read_file outside /workspace; a read
+ *    under /workspace (the URL carries any byte) is sent.
  *  - snapshot: POST …/persist gives a tar of /workspace (the bridge's
  *    snapshot mechanism); what changed elsewhere since the create (every
  *    file, link and directory whose inode changed, other mounts left out)
@@ -1278,6 +1284,10 @@ static int cf_read_file(sbx_plugin_sandbox *sb, const sbx_call_ctx *ctx, const c
         cl_fail(error, SBX_ERROR_RESOURCE_EXHAUSTED, op, "out of memory");
         return -1;
     }
+    if (!cf_in_workspace(abs) && cl_json_text_check(NULL, path, op, error) < 0) {
+        free(abs);
+        return -1;
+    }
     if (cf_in_workspace(abs)) {
         char *sfx = cf_file_suffix(abs);
         cl_req rq = { .method = "GET", .sink = cl_fd_sink, .sink_ud = &fd,
@@ -1333,7 +1343,9 @@ static int cf_write_file(sbx_plugin_sandbox *sb, const sbx_call_ctx *ctx, const 
                          uint32_t mode, sbx_error **error)
 {
     const char *op = "write_file";
-    if (cf_check(sb, op, error) < 0)
+    /* The PUT carries any path, the command after it not: refused before
+     * the PUT, so no file is left. */
+    if (cf_check(sb, op, error) < 0 || cl_json_text_check(NULL, path, op, error) < 0)
         return -1;
     char *abs = cf_abs(sb, path), *staged = NULL, *q = NULL, *sq = NULL, *script = NULL;
     int rc = -1;
@@ -1386,7 +1398,7 @@ static int cf_list_files(sbx_plugin_sandbox *sb, const sbx_call_ctx *ctx, const 
                          sbx_plugin_file_fn fn, void *ud, sbx_error **error)
 {
     const char *op = "list_files";
-    if (cf_check(sb, op, error) < 0)
+    if (cf_check(sb, op, error) < 0 || cl_json_text_check(NULL, path, op, error) < 0)
         return -1;
     char *abs = cf_abs(sb, path);
     char *q = abs ? cl_shell_quote(abs) : NULL;
@@ -1759,6 +1771,11 @@ static int cf_exec_start(sbx_plugin_sandbox *sb, const sbx_call_ctx *ctx,
                            rq->user), "user", rq->user);
         return -1;
     }
+    /* Without a terminal the script goes in the exec's JSON; on one it is
+     * a staged file's bytes. The env goes in a staged file either way. */
+    if (!rq->tty_rows && !rq->tty_cols
+        && cl_text_check(rq, NULL, "JSON", CL_TEXT_ENV_AS_BYTES, op, error) < 0)
+        return -1;
     cf_proc *p = (cf_proc *)cl_script_proc_new(sizeof(cf_proc), sb, sb->s.workdir, rq,
                                                cf_run_short, op, error);
     if (!p)

@@ -77,6 +77,11 @@
  *  - files: run an in-sandbox helper (the image's sh, cat and find) through
  *    the same exec RPCs, as Go's SandboxFilesystem does: bytes stream
  *    through stdin and stdout, binary-safe, never held whole in memory.
+ *  - text: command_args, workdir and a Secret's env_dict are proto3
+ *    string fields, UTF-8 only: an exec's argument, shell command, env
+ *    value or cwd, and a file call's path (in its helper's command), that
+ *    is not UTF-8 is invalid_argument naming it, before anything is sent
+ *    (issue 16).
  *  - memory limit: a command runs between two readings of the sandbox's
  *    OOM-kill counter (its cgroup's memory.events or memory.oom_control);
  *    one killed by SIGKILL while it rose has the OOM flag (exec_end_info,
@@ -120,6 +125,7 @@
 #include <json-c/json.h>
 
 #define MODAL_BACKEND "modal"
+#define MODAL_API "protobuf"     /* what carries text: proto3 strings (UTF-8 only) */
 #define MODAL_SERVER "https://api.modal.com"
 #define MODAL_FAILOVER "https://api.modal2.com"
 #define MODAL_DEFAULT_APP "libsbx"
@@ -1477,7 +1483,10 @@ static int modal_exec_start(sbx_plugin_sandbox *sb, const sbx_call_ctx *ctx,
 {
     const char *op = "exec";
     (void)ctx;
-    if (cl_exec_check_pty(&sb->s, MODAL_BACKEND, rq, 0, error) < 0)
+    /* The script (argv or shell text, the cwd) goes in command_args and the
+     * env in a Secret's env_dict: protobuf strings, UTF-8 only. */
+    if (cl_exec_check_pty(&sb->s, MODAL_BACKEND, rq, 0, error) < 0
+        || cl_text_check(rq, NULL, MODAL_API, 0, op, error) < 0)
         return -1;
     modal_proc *p = calloc(1, sizeof(*p));
     if (!p) {
@@ -2303,7 +2312,7 @@ static int modal_read_file(sbx_plugin_sandbox *sb, const sbx_call_ctx *ctx, cons
                            int fd, sbx_error **error)
 {
     const char *op = "read_file";
-    if (modal_check(sb, op, error) < 0)
+    if (modal_check(sb, op, error) < 0 || cl_text_check(NULL, path, MODAL_API, 0, op, error) < 0)
         return -1;
     char *q = cl_shell_quote(path);
     char *script = q ? cl_printf("p=%s; [ -d \"$p\" ] && exit %d; [ -e \"$p\" ] || exit %d; "
@@ -2325,7 +2334,7 @@ static int modal_write_file(sbx_plugin_sandbox *sb, const sbx_call_ctx *ctx, con
                             int fd, uint32_t mode, sbx_error **error)
 {
     const char *op = "write_file";
-    if (modal_check(sb, op, error) < 0)
+    if (modal_check(sb, op, error) < 0 || cl_text_check(NULL, path, MODAL_API, 0, op, error) < 0)
         return -1;
     char tag[17];
     cl_random_hex(tag, 8);
@@ -2383,7 +2392,7 @@ static int modal_list_files(sbx_plugin_sandbox *sb, const sbx_call_ctx *ctx, con
                             sbx_plugin_file_fn fn, void *ud, sbx_error **error)
 {
     const char *op = "list_files";
-    if (modal_check(sb, op, error) < 0)
+    if (modal_check(sb, op, error) < 0 || cl_text_check(NULL, path, MODAL_API, 0, op, error) < 0)
         return -1;
     char *q = cl_shell_quote(path);
     char *script = q ? cl_printf("p=%s; [ -e \"$p\" ] || exit %d; cd -- \"$p\" || exit 4; "
@@ -2413,7 +2422,7 @@ static int modal_stat_file(sbx_plugin_sandbox *sb, const sbx_call_ctx *ctx, cons
                            sbx_plugin_file_info *info, sbx_error **error)
 {
     const char *op = "stat_file";
-    if (modal_check(sb, op, error) < 0)
+    if (modal_check(sb, op, error) < 0 || cl_text_check(NULL, path, MODAL_API, 0, op, error) < 0)
         return -1;
     char *q = cl_shell_quote(path);
     char *script = q ? cl_printf("p=%s; [ -e \"$p\" ] || [ -L \"$p\" ] || exit %d; "

@@ -53,9 +53,15 @@
  *    command carries CL_EXEC_MARK=<its tag>, so exec_kill signals all of
  *    them. A devbox that fails with failure_reason out_of_memory while a
  *    command runs ends the command with 137 and the OOM flag (CASE-49).
+ *    The command line is a JSON string: an argument, shell command or cwd
+ *    that is not UTF-8 is invalid_argument naming it, before anything is
+ *    sent (issue 16); env values go as a file's bytes, any byte kept.
  *  - files: upload_file (multipart) and download_file (raw bytes both
  *    ways, CASE-17); listings by a command. Relative paths are taken from
  *    the workdir, else from the devbox's home directory (as Runloop does).
+ *    download_file's path is in a JSON body, and the write's chmod and the
+ *    listing are commands: a path that is not UTF-8 is invalid_argument
+ *    for read_file, write_file and list_files, before anything is sent.
  *  - destroy: POST shutdown (Runloop has no DELETE); stop / start: suspend
  *    and resume; snapshot: snapshot_disk, restored by a create with
  *    snapshot_id.
@@ -455,6 +461,8 @@ static int rl_download(struct sbx_plugin_sandbox *sb, const sbx_call_ctx *ctx, c
 static int rl_read_file(sbx_plugin_sandbox *sb, const sbx_call_ctx *ctx, const char *path, int fd,
                         sbx_error **error)
 {
+    if (cl_json_text_check(NULL, path, "read_file", error) < 0)
+        return -1;
     return cl_read_file_by(sb, sb->s.c->cl.http, ctx, sb->s.workdir, path, rl_download, fd, error);
 }
 
@@ -511,6 +519,10 @@ static int rl_upload_bytes(struct sbx_plugin_sandbox *sb, const sbx_call_ctx *ct
 static int rl_write_file(sbx_plugin_sandbox *sb, const sbx_call_ctx *ctx, const char *path, int fd,
                          uint32_t mode, sbx_error **error)
 {
+    /* The upload's form carries the path, the chmod after it (a command)
+     * not: refused before the upload, so no file is left. */
+    if (cl_json_text_check(NULL, path, "write_file", error) < 0)
+        return -1;
     return cl_write_file(sb, ctx, sb->s.workdir, path, fd, mode, rl_upload, rl_run_short, error);
 }
 
@@ -526,6 +538,8 @@ static int rl_run_out(sbx_plugin_sandbox *sb, const sbx_call_ctx *ctx, const cha
 static int rl_list_files(sbx_plugin_sandbox *sb, const sbx_call_ctx *ctx, const char *path,
                          sbx_plugin_file_fn fn, void *ud, sbx_error **error)
 {
+    if (cl_json_text_check(NULL, path, "list_files", error) < 0)
+        return -1;
     return cl_list_files_run(sb, ctx, sb->s.workdir, path, rl_run_out, fn, ud, error);
 }
 
@@ -1299,7 +1313,19 @@ out:
     return code;
 }
 
-CL_SCRIPT_EXEC_START(rl_exec_start, RL_BACKEND, rl_run_short, rl_exec_run)
+/* The command line (argv or shell text, the cwd) is a JSON string; the
+ * env goes as a file's bytes (issue 16). */
+static int rl_exec_start(sbx_plugin_sandbox *sb, const sbx_call_ctx *ctx,
+                         const sbx_plugin_exec_request *rq, sbx_plugin_process **process,
+                         sbx_error **error)
+{
+    (void)ctx;
+    if (cl_exec_check(&sb->s, RL_BACKEND, rq, 0, error) < 0
+        || cl_text_check(rq, NULL, "JSON", CL_TEXT_ENV_AS_BYTES, "exec", error) < 0)
+        return -1;
+    return cl_script_exec_start(sb, RL_BACKEND, sb->s.workdir, rq, rl_run_short, rl_exec_run,
+                                process, error);
+}
 
 /* ------------------------------------------------------------------------ */
 /* The descriptor                                                            */

@@ -50,11 +50,17 @@
  *    answer cut after its start goes on as above).
  *    Per-call env values and stdin are written as files first (never in
  *    the command line); every process of the command carries
- *    CL_EXEC_MARK=<its tag>, so exec_kill signals all of them.
+ *    CL_EXEC_MARK=<its tag>, so exec_kill signals all of them. The
+ *    script is a JSON string: an argument, shell command or cwd that is
+ *    not UTF-8 is invalid_argument naming it, before anything is sent
+ *    (issue 16); env values go as a file's bytes, any byte kept.
  *  - files: fs/write takes a gzipped tar (written here: ustar entries,
  *    GNU long names, deflate stored blocks), fs/read answers raw bytes or
  *    404; listings by a command (v1 has no list-dir). Relative paths are
  *    taken from the workdir, else from /vercel/sandbox (Vercel's cwd).
+ *    fs/read's path is in a JSON body, and the write's chmod and the
+ *    listing are commands: a path that is not UTF-8 is invalid_argument
+ *    for read_file, write_file and list_files, before anything is sent.
  *  - destroy: POST stop (v1 has no delete; stop is terminal); a sandbox
  *    stopped already is destroyed. snapshot: POST snapshot, which stops the
  *    sandbox (Vercel says so): the sandbox is gone afterwards; a create
@@ -368,6 +374,8 @@ static int vc_download(struct sbx_plugin_sandbox *sb, const sbx_call_ctx *ctx, c
 static int vc_read_file(sbx_plugin_sandbox *sb, const sbx_call_ctx *ctx, const char *path, int fd,
                         sbx_error **error)
 {
+    if (cl_json_text_check(NULL, path, "read_file", error) < 0)
+        return -1;
     return cl_read_file_by(sb, sb->s.c->cl.http, ctx, sb->s.workdir ? sb->s.workdir : VC_CWD, path,
                            vc_download, fd, error);
 }
@@ -553,6 +561,10 @@ static int vc_upload_file(struct sbx_plugin_sandbox *sb, const sbx_call_ctx *ctx
 static int vc_write_file(sbx_plugin_sandbox *sb, const sbx_call_ctx *ctx, const char *path, int fd,
                          uint32_t mode, sbx_error **error)
 {
+    /* The tar carries any path, the chmod after it (a command) not:
+     * refused before the upload, so no file is left. */
+    if (cl_json_text_check(NULL, path, "write_file", error) < 0)
+        return -1;
     return cl_write_file(sb, ctx, sb->s.workdir ? sb->s.workdir : VC_CWD, path, fd, mode,
                          vc_upload_file, vc_run_short, error);
 }
@@ -562,6 +574,8 @@ static int vc_write_file(sbx_plugin_sandbox *sb, const sbx_call_ctx *ctx, const 
 static int vc_list_files(sbx_plugin_sandbox *sb, const sbx_call_ctx *ctx, const char *path,
                          sbx_plugin_file_fn fn, void *ud, sbx_error **error)
 {
+    if (cl_json_text_check(NULL, path, "list_files", error) < 0)
+        return -1;
     return cl_list_files_run(sb, ctx, sb->s.workdir ? sb->s.workdir : VC_CWD, path, vc_execute, fn,
                              ud, error);
 }
@@ -1307,7 +1321,19 @@ out:
     return code;
 }
 
-CL_SCRIPT_EXEC_START(vc_exec_start, VC_BACKEND, vc_run_short, vc_exec_run)
+/* The script (argv or shell text, the cwd) is a JSON string; the env goes
+ * as a file's bytes (issue 16). */
+static int vc_exec_start(sbx_plugin_sandbox *sb, const sbx_call_ctx *ctx,
+                         const sbx_plugin_exec_request *rq, sbx_plugin_process **process,
+                         sbx_error **error)
+{
+    (void)ctx;
+    if (cl_exec_check(&sb->s, VC_BACKEND, rq, 0, error) < 0
+        || cl_text_check(rq, NULL, "JSON", CL_TEXT_ENV_AS_BYTES, "exec", error) < 0)
+        return -1;
+    return cl_script_exec_start(sb, VC_BACKEND, sb->s.workdir, rq, vc_run_short, vc_exec_run,
+                                process, error);
+}
 
 /* ------------------------------------------------------------------------ */
 /* The descriptor                                                            */
