@@ -235,6 +235,18 @@ int cli_call_run(const cli_call *call, cli_outcome *out)
         }
     }
     sbx_async_free(async);
+    if (cancelled && call->kind == CLI_CALL_DESTROY && out->error != NULL &&
+        sbx_error_get_code(out->error) == SBX_ERROR_CANCELLED) {
+        const char *done = sbx_error_get0_context(out->error, "completed");
+
+        if (done != NULL && strcmp(done, "true") == 0) {
+            /* The destroy finished before its cancellation could stop it:
+             * the sandbox is gone, which the caller records. */
+            sbx_error_free(out->error);
+            out->error = NULL;
+            return 0;
+        }
+    }
     if (cancelled || (cli_signal != 0 && out->error != NULL &&
                       sbx_error_get_code(out->error) == SBX_ERROR_CANCELLED)) {
         cli_outcome_clear(out);

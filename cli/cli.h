@@ -265,7 +265,8 @@ typedef struct cli_call {
  * finished first (its outcome in *@out, the caller's to clear; a failure
  * is in out->error, not reported); 128+N when stop signal N came first
  * (reported; the call was cancelled and returned within the grace, its
- * outcome dropped); CLI_EXIT_TOOL when it could not be started
+ * outcome dropped; but a destroy that succeeded all the same returns 0:
+ * the sandbox is gone); CLI_EXIT_TOOL when it could not be started
  * (reported). When the cancelled call does not return within the grace,
  * the cleanup runs and sbx exits 128+N without waiting for it.
  */

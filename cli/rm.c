@@ -107,6 +107,13 @@ static int rm_main(int argc, char **argv)
         if (r > status)
             status = r;
     }
+    if (optind < argc) {
+        /* A stop signal came: the sandboxes after it are left as they are. */
+        cli_msg("%s received; %d sandbox%s not removed", cli_signal_name(cli_signal),
+                argc - optind, argc - optind == 1 ? " was" : "es were");
+        if (status < 128 + cli_signal)
+            status = 128 + cli_signal;
+    }
     return status;
 }
 

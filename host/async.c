@@ -376,6 +376,10 @@ op_finish_cancelled(sbx_op *op)
     } else {
         sbx_error *e = cancel_error(op, 1, op->error);
 
+        /* The call returned success before its cancellation took effect:
+         * it happened (a destroy ended its sandbox). */
+        if (e && !op->error)
+            sbx_error_add_context(e, "completed", "true");
         if (e) {
             sbx_error_free(op->error);
             op->error = e;

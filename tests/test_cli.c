@@ -4299,6 +4299,44 @@ Test(cli, exec_sigkill_keeps_the_created_sandbox_in_process)
     exec_sigkill_keeps_the_created_sandbox("inprocess");
 }
 
+/* `sbx rm A B` stopped by SIGHUP while A's destroy runs, which finishes
+ * whatever the caller does (the fault plugin's deaf destroy, 0.3 s): A is
+ * removed (printed and forgotten, not "cancelled" and kept recorded), B
+ * is left as it was, and sbx says so with 129. */
+Test(cli, rm_stopped_by_a_signal_after_a_destroy_finished_counts_it_removed)
+{
+    static const char *const faulty[] = { "SBX_BACKEND=faulty", NULL };
+    char *a = create_with(faulty, NULL), *b = create_with(faulty, NULL);
+    char started[PATH_MAX + 16], started_var[PATH_MAX + 48], want[256];
+    const char *env[] = { started_var, "SBX_FAULT_DESTROY_DEAF=0.3", NULL };
+    const char *const args[] = { "rm", a, b, NULL };
+    cli_spec spec = { 0 };
+
+    set_path(started, sizeof started, "%s/started", g_tmpdir);
+    set_path(started_var, sizeof started_var, "SBX_FAULT_STARTED=%s", started);
+    spec.args = args;
+    spec.env = env;
+    spec.keep_sandboxes = 1;
+    spec.stop_file = started;
+    spec.stop_signal = SIGHUP;
+    cli_run r = run_spec(&spec);
+    cr_expect_eq(r.status, 129, "status %d, stderr \"%s\"", r.status, r.err);
+    set_path(want, sizeof want, "%s\n", a);
+    cr_expect_str_eq(r.out, want);
+    cr_expect_str_eq(r.err, "sbx: SIGHUP received; 1 sandbox was not removed\n");
+    free_run(&r);
+    char *ps = ps_summary(NULL);
+    set_path(want, sizeof want, "%s:faulty:1", b);
+    cr_expect_str_eq(ps, want);
+    free(ps);
+    r = SBX_KEEP("rm", b);
+    set_path(want, sizeof want, "%s\n", b);
+    expect_run(&r, 0, want);
+    free_run(&r);
+    free(a);
+    free(b);
+}
+
 /* `sbx cp` out of a sandbox whose transfer blocks ends on SIGTERM within a
  * second with 143 and leaves nothing: no staging entry, no directory it
  * made, no process. The fault plugin's transfers of a path named

@@ -116,6 +116,7 @@ int sbx_fault_exec(const sbx_plugin_exec_request *request, const sbx_call_ctx *c
 void sbx_fault_init(void);
 int sbx_fault_create(const char *id, const sbx_call_ctx *ctx);
 void sbx_fault_destroy(const char *id);
+void sbx_fault_destroyed(void);
 /* Code 0, "unknown", on purpose: the fault of a plugin that gives no code. */
 #define FAULT_NO_CODE ((sbx_error_code)0)
 #elif defined(SBX_LOCAL_EXEC_ONLY)
@@ -3685,6 +3686,9 @@ static int local_destroy(sbx_plugin_sandbox *sandbox, const sbx_call_ctx *ctx,
 destroyed:
     sb->destroyed = 1;
     LOG(SBX_LOG_DEBUG, ending ? "destroyed %s (it had ended)" : "destroyed %s", sb->id);
+#ifdef SBX_LOCAL_FAULTY
+    sbx_fault_destroyed();
+#endif
 out:
 #ifdef SBX_LOCAL_BUBBLEWRAP
     if (meta_lock >= 0)

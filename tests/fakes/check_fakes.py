@@ -440,6 +440,8 @@ def daytona():
         t.join()
     eq(P + "concurrency: a slot is free again once answered",
        f.json("GET", "/api/sandbox/" + sid)[0], 200)
+    # A slot is freed once its answer was sent, just after the client got it.
+    wait_until(lambda: f.json("GET", "/_fake/faults", auth=False)[1][0]["inflight"] == 0, 4)
     rule = f.json("GET", "/_fake/faults", auth=False)[1][0]
     eq(P + "concurrency: the rule counts what it admitted and refused",
        [rule[k] for k in ("seen", "admitted", "acted", "inflight", "peak")], [5, 3, 2, 0, 2])

@@ -27,6 +27,10 @@
  * (as a create that cleans up after itself); with $SBX_FAULT_CREATE_DEAF
  * set it ignores the cancel, waits 1.5 s and returns the sandbox. destroy
  * removes HOLD/SANDBOX_ID: a file left there is a sandbox nobody ended.
+ * With $SBX_FAULT_DESTROY_DEAF set to S seconds, a destroy that ended the
+ * sandbox creates $SBX_FAULT_STARTED and waits S seconds, deaf to its
+ * cancellation, before it returns success (a provider's delete that
+ * finishes whatever the caller does).
  *
  * Built alone into libsbx-crashinit.so (FAULT_CRASH_INIT): sbx_plugin_init
  * itself dies of SIGSEGV, so loading the plugin kills the process that
@@ -77,6 +81,7 @@ int sbx_fault_path(const char *path, const sbx_call_ctx *ctx);
 void sbx_fault_init(void);
 int sbx_fault_create(const char *id, const sbx_call_ctx *ctx);
 void sbx_fault_destroy(const char *id);
+void sbx_fault_destroyed(void);
 
 /*
  * Called from sbx_plugin_init: hangs for good while the file named by
@@ -160,10 +165,26 @@ int sbx_fault_create(const char *id, const sbx_call_ctx *ctx)
     return rc;
 }
 
+/* Called by a destroy that ended its sandbox, before it returns. */
+void sbx_fault_destroyed(void)
+{
+    const char *deaf = getenv("SBX_FAULT_DESTROY_DEAF");
+
+    if (deaf && *deaf) {
+        double s = strtod(deaf, NULL);
+        struct timespec ts = { (time_t)s, (long)((s - (double)(time_t)s) * 1e9) };
+
+        touch(getenv("SBX_FAULT_STARTED"));
+        while (nanosleep(&ts, &ts) < 0)
+            ;
+    }
+}
+
 /* Called by destroy: what create made for @id goes. */
 void sbx_fault_destroy(const char *id)
 {
     char *hold = hold_path(id);
+
 
     if (hold)
         unlink(hold);

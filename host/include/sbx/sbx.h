@@ -2801,7 +2801,10 @@ SBX_EXPORT int sbx_sandbox_apply_patch(sbx_sandbox *sandbox, const char *patch, 
  * provider call returns early where the backend supports it). Either way
  * the callback still runs, with an SBX_ERROR_CANCELLED error (outcome
  * failed when it never started, unknown when it had), and anything the
- * call produced regardless is released as above.
+ * call produced regardless is released as above. A running call that
+ * returned success all the same, before its cancellation took effect, has
+ * context completed=true on that error: what it did was done (a destroy
+ * ended its sandbox; a create's sandbox was released, destroyed, as above).
  *
  * Concurrency: at most max_workers operations run at once; threads start
  * lazily, one per operation waiting to run, up to that number, and stay
