@@ -22,7 +22,8 @@
  * no job; a command's output comes through the log's tail WebSocket while
  * it runs, the log never polled; the lifetime is a job of the plugin's own
  * that ends the sandbox (a 2 s one leaves nothing by 4 s, calls after it
- * are not_found naming the expiry) and that destroy stops.
+ * are not_found naming the expiry) and that destroy stops; a destroy on a
+ * cluster not answering keeps its call timeout.
  */
 #include "testutil.h"
 
@@ -505,6 +506,30 @@ Test(ray, destroy_stops_the_lifetime_job)
     sbx_sandbox_free(g_sb);
     g_sb = NULL;
     free(life);
+}
+
+/* A destroy with a call timeout on a cluster that drops every request
+ * ends within the timeout and the lost look's CL_LOST_LOOK_S (0.5 s), for
+ * the lifetime job's reap and for the removal job's: the reap is bounded by
+ * the call, not by its own 30 s (the destroy took 29.4 s in process, and
+ * out of process the plugin host was killed 2 s past the deadline). */
+Test(ray, a_destroy_on_a_cluster_not_answering_keeps_its_call_timeout)
+{
+    g_sb = tu_create(g_client, NULL);
+    sbx_error *err = NULL;
+    cr_assert_eq(sbx_client_set_call_timeout(g_client, 2, &err), 0);
+    tu_fake_post("/_fake/faults", "[{\"path\": \"^/api/\", \"action\": \"drop\", "
+                 "\"times\": -1}]");
+    double t0 = tu_now();
+    cr_assert_eq(sbx_sandbox_destroy(g_sb, &err), -1);
+    double took = tu_now() - t0;
+    tu_fake_post("/_fake/faults", "[]");
+    cr_assert_lt(took, 3.5, "destroy took %.2f s: %s", took, sbx_error_get0_message(err));
+    tu_assert_error(err, SBX_ERROR_TIMEOUT, NULL);
+    cr_assert_null(strstr(sbx_error_get0_message(err), "was killed"), "%s",
+                   sbx_error_get0_message(err));
+    sbx_error_free(err);
+    cr_assert_eq(sbx_client_set_call_timeout(g_client, 0, NULL), 0);
 }
 
 /* ------------------------------------------------------------- auth, errors */
