@@ -22,7 +22,9 @@
  * no job; a command's output comes through the log's tail WebSocket while
  * it runs, the log never polled; the lifetime is a job of the plugin's own
  * that ends the sandbox (a 2 s one leaves nothing by 4 s, calls after it
- * are not_found naming the expiry) and that destroy stops.
+ * are not_found naming the expiry) and that destroy stops; a destroy on a
+ * cluster not answering keeps its call timeout; a process freed with its
+ * stdin still open is not waited for.
  */
 #include "testutil.h"
 
@@ -507,6 +509,30 @@ Test(ray, destroy_stops_the_lifetime_job)
     free(life);
 }
 
+/* A destroy with a call timeout on a cluster that drops every request
+ * ends within the timeout and the lost look's CL_LOST_LOOK_S (0.5 s), for
+ * the lifetime job's reap and for the removal job's: the reap is bounded by
+ * the call, not by its own 30 s (the destroy took 29.4 s in process, and
+ * out of process the plugin host was killed 2 s past the deadline). */
+Test(ray, a_destroy_on_a_cluster_not_answering_keeps_its_call_timeout)
+{
+    g_sb = tu_create(g_client, NULL);
+    sbx_error *err = NULL;
+    cr_assert_eq(sbx_client_set_call_timeout(g_client, 2, &err), 0);
+    tu_fake_post("/_fake/faults", "[{\"path\": \"^/api/\", \"action\": \"drop\", "
+                 "\"times\": -1}]");
+    double t0 = tu_now();
+    cr_assert_eq(sbx_sandbox_destroy(g_sb, &err), -1);
+    double took = tu_now() - t0;
+    tu_fake_post("/_fake/faults", "[]");
+    cr_assert_lt(took, 3.5, "destroy took %.2f s: %s", took, sbx_error_get0_message(err));
+    tu_assert_error(err, SBX_ERROR_TIMEOUT, NULL);
+    cr_assert_null(strstr(sbx_error_get0_message(err), "was killed"), "%s",
+                   sbx_error_get0_message(err));
+    sbx_error_free(err);
+    cr_assert_eq(sbx_client_set_call_timeout(g_client, 0, NULL), 0);
+}
+
 /* ------------------------------------------------------------- auth, errors */
 
 /* The token from the file RAY_AUTH_TOKEN_PATH names works; with no token
@@ -928,6 +954,48 @@ Test(ray, a_record_whose_delete_failed_goes_with_the_free, .timeout = 120)
     cr_assert_eq(tu_fake_count(log, "POST", re, NULL, 0), 1);
     free(re);
     json_object_put(log);
+}
+
+/* A process whose stdin stays open (SBX_EXEC_STDIN_OPEN, never closed) is
+ * freed before its command was submitted: ray gets stdin whole in the
+ * job's package, so the worker was reading it, and the free, which joins
+ * the worker before the library closes stdin, waited for it for ever (in
+ * process the caller hung). The free returns, the sandbox runs a command
+ * after, and no command job is left. */
+Test(ray, a_process_freed_with_its_stdin_open_is_not_waited_for, .timeout = 60)
+{
+    g_sb = tu_create(g_client, NULL);
+    tu_fake_reset();
+    sbx_exec_request req = SBX_EXEC_REQUEST_INIT;
+    req.shell = "cat; sleep 30";
+    req.flags = SBX_EXEC_STDIN_OPEN;
+    sbx_error *err = NULL;
+    sbx_process *p = sbx_sandbox_start_process(g_sb, &req, &err);
+    cr_assert_not_null(p, "start_process: %s", err ? sbx_error_get0_message(err) : "");
+    cr_assert_eq(sbx_process_write_stdin(p, "abc", 3, &err), 0, "write_stdin: %s",
+                 err ? sbx_error_get0_message(err) : "");
+    usleep(300 * 1000);
+    double t0 = tu_now();
+    sbx_process_free(p);
+    double took = tu_now() - t0;
+    cr_assert_lt(took, 5.0, "the free took %.2f s", took);
+    req.shell = "cat";
+    req.flags = 0;
+    req.stdin_data = "after";
+    req.stdin_len = 5;
+    sbx_result *r = tu_exec(g_sb, &req);
+    tu_assert_exit(r, 0);
+    tu_assert_stdout(r, "after");
+    sbx_result_free(r);
+    /* Nothing of the freed process is left on the cluster (out of
+     * process the free completes in the plugin host). */
+    int n = 1;
+    for (int i = 0; i < 400 && n; i++) {
+        n = exec_jobs(NULL);
+        if (n)
+            usleep(25000);
+    }
+    cr_assert_eq(n, 0, "a command job is left on the cluster");
 }
 
 /* ------------------------------------------------------------ log tail */

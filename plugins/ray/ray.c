@@ -114,6 +114,7 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <math.h>
+#include <poll.h>
 #include <pthread.h>
 #include <signal.h>
 #include <stdio.h>
@@ -322,12 +323,15 @@ static int ray_job_stop(struct sbx_plugin_client *c, const sbx_call_ctx *ctx, co
 }
 
 /* DELETE /api/jobs/{sid} (a terminal job's record; Ray refuses a running
- * job's): 0 when the record is gone (a 404 too), -1 when it stays (logged). */
-static int ray_job_delete(struct sbx_plugin_client *c, const char *sid)
+ * job's), bounded by @bound (NULL: 10 s): 0 when the record is gone (a 404
+ * too), -1 when it stays (logged). */
+static int ray_job_delete(struct sbx_plugin_client *c, const char *sid,
+                          const sbx_call_ctx *bound)
 {
-    sbx_call_ctx ctx = { sizeof(ctx), cl_now() + 10, -1, NULL };
+    sbx_call_ctx own = { sizeof(own), cl_now() + 10, -1, NULL };
+    const sbx_call_ctx *ctx = bound ? bound : &own;
     char *url = cl_item_url(c->cl.api, "api/jobs", sid, "");
-    int rc = url ? cl_delete_url(c->cl.http, &ctx, url, "exec", "delete the job", NULL) : -1;
+    int rc = url ? cl_delete_url(c->cl.http, ctx, url, "exec", "delete the job", NULL) : -1;
     if (rc < 0)
         CL_LOG(SBX_LOG_INFO, "the record of job %s stays on the cluster: %s", sid,
                url ? cl_last()->msg : "out of memory");
@@ -339,11 +343,23 @@ static int ray_job_delete(struct sbx_plugin_client *c, const char *sid)
  * ran, or a follow that failed): stops it (it may have been sent as the
  * follower stopped, so whatever the follower knew) and, once it is
  * terminal, deletes its record; each step tried again on a failure (a busy
- * cluster's timeout, a dropped connection) until RAY_REAP_S pass. Best
- * effort: what is left then is logged. */
-static void ray_job_reap(struct sbx_plugin_client *c, const char *sid)
+ * cluster's timeout, a dropped connection) until RAY_REAP_S pass. @call
+ * (NULL for none: a free): the call the reap is part of, whose deadline
+ * (passed already when the follow timed out) bounds it to CL_LOST_LOOK_S
+ * past it, so a call with a timeout is not held up to RAY_REAP_S longer by
+ * a cluster that is not answering; its cancel is not taken (out of
+ * process the deadline fires it). Best effort: what is left then is
+ * logged. */
+static void ray_job_reap(struct sbx_plugin_client *c, const char *sid,
+                         const sbx_call_ctx *call)
 {
-    sbx_call_ctx ctx = { sizeof(ctx), cl_now() + RAY_REAP_S, -1, NULL };
+    double now = cl_now();
+    sbx_call_ctx ctx = { sizeof(ctx), now + RAY_REAP_S, -1, NULL };
+    if (call && call->deadline > 0) {
+        double late = (call->deadline > now ? call->deadline : now) + CL_LOST_LOOK_S;
+        if (late < ctx.deadline)
+            ctx.deadline = late;
+    }
     int stopped = 0;
     for (double pause = 0.02;; pause = pause < 0.5 ? pause * 2 : pause) {
         if (!stopped)
@@ -355,12 +371,12 @@ static void ray_job_reap(struct sbx_plugin_client *c, const char *sid)
             json_object_put(j);
             if (!j && st == 404)
                 return;     /* no record */
-            if (term && ray_job_delete(c, sid) == 0)
+            if (term && ray_job_delete(c, sid, &ctx) == 0)
                 return;
         }
         if (cl_now() + pause >= ctx.deadline) {
-            CL_LOG(SBX_LOG_INFO, "job %s was not %s in %.0f s; its record stays", sid,
-                   stopped ? "deleted" : "stopped", RAY_REAP_S);
+            CL_LOG(SBX_LOG_INFO, "job %s was not %s in time; its record stays", sid,
+                   stopped ? "deleted" : "stopped");
             return;
         }
         cl_sleep(pause, -1);
@@ -403,8 +419,12 @@ static int ray_tmpfile(void)
 
 /* A zip (stored) in a temporary file holding the entry "stdin", what @in
  * holds to its end (@in -1: none), and the entry "script", @script (NULL:
- * none): its descriptor (at offset 0) and length, or -1 with *@error. */
-static int ray_zip(int in, const char *script, int64_t *len, const char *op, sbx_error **error)
+ * none): its descriptor (at offset 0) and length, or -1 with *@error. The
+ * read of @in ends (cancelled) when @cancel_fd (-1: none) becomes
+ * readable: a process freed while its stdin is still open (never closed)
+ * is not waited for. */
+static int ray_zip(int in, int cancel_fd, const char *script, int64_t *len, const char *op,
+                   sbx_error **error)
 {
     int data = ray_tmpfile(), zip = -1;
     char buf[65536];
@@ -413,6 +433,18 @@ static int ray_zip(int in, const char *script, int64_t *len, const char *op, sbx
     if (data < 0)
         goto sys;
     for (; in >= 0;) {
+        struct pollfd pfd[2] = { { .fd = in, .events = POLLIN },
+                                 { .fd = cancel_fd, .events = POLLIN } };
+        int pr = poll(pfd, cancel_fd >= 0 ? 2 : 1, -1);
+        if (pr < 0 && errno == EINTR)
+            continue;
+        if (pr < 0)
+            goto sys;
+        if (cancel_fd >= 0 && (pfd[1].revents & (POLLIN | POLLHUP | POLLERR))) {
+            cl_fail(error, SBX_ERROR_CANCELLED, op, "cancelled while reading the command's stdin");
+            close(data);
+            return -1;
+        }
         ssize_t n = read(in, buf, sizeof buf);
         if (n < 0 && errno == EINTR)
             continue;
@@ -501,7 +533,7 @@ static int ray_put_package(struct sbx_plugin_client *c, const sbx_call_ctx *ctx,
                            const char *script, char uri[64], const char *op, sbx_error **error)
 {
     int64_t len = 0;
-    int zip = ray_zip(in, script, &len, op, error);
+    int zip = ray_zip(in, ctx ? ctx->cancel_fd : -1, script, &len, op, error);
     if (zip < 0)
         return -1;
     char hex[33];
@@ -941,9 +973,9 @@ static int ray_run_script(struct sbx_plugin_sandbox *sb, struct sbx_plugin_clien
         l = *cl_last();
         /* Its record goes; one that did not end in time is stopped first. */
         if (!sid && rc == 0)
-            ray_job_delete(c, run.sid);
+            ray_job_delete(c, run.sid, NULL);
         else if (!sid)
-            ray_job_reap(c, run.sid);
+            ray_job_reap(c, run.sid, ctx);
     }
     if (rc < 0) {
         sbx_error *e = cl_fail(error, l.code, op, "%s", l.msg);
@@ -1349,7 +1381,7 @@ static int ray_remove(struct sbx_plugin_client *c, const sbx_call_ctx *ctx, cons
     /* The lifetime job first (stopped, its record deleted; none, or one
      * that ended at the expiry, is fine): it must not outlive the sandbox. */
     ray_lifetime_sid(id, life, sizeof life);
-    ray_job_reap(c, life);
+    ray_job_reap(c, life, ctx);
     int rc = ray_run_script(NULL, c, ctx, "/", s, NULL, NULL, NULL, &code, op, error);
     free(s);
     if (rc == 0 && code != 0) {
@@ -1772,7 +1804,7 @@ static int ray_exec_run(cl_proc *base)
     /* A job that ended has its record deleted here; one whose follow
      * failed (the cluster not answering, a stop) may run on: the free
      * stops it and deletes its record (ray_job_reap). */
-    if (rc == 0 && ray_job_delete(c, p->run.sid) == 0) {
+    if (rc == 0 && ray_job_delete(c, p->run.sid, NULL) == 0) {
         pthread_mutex_lock(&base->lock);
         p->deleted = 1;
         pthread_mutex_unlock(&base->lock);
@@ -1890,7 +1922,7 @@ static void ray_exec_free(sbx_plugin_process *process)
     pthread_mutex_unlock(&p->base.lock);
     cl_proc_clear(&p->base);
     if (!deleted && !cl_gone_get(&p->sb->s.gone))
-        ray_job_reap(p->sb->c, p->run.sid);
+        ray_job_reap(p->sb->c, p->run.sid, NULL);
     ray_proc_free_fields(p);
     free(p);
 }
