@@ -778,32 +778,25 @@ int tu_is_plugin_host(pid_t pid)
            a.st_ino == b.st_ino;
 }
 
-/* Seconds a process that is still working (state R, or D: uninterruptible
- * sleep) is given past tu_wait_procs_gone()'s own bound. */
-#define TU_WORKING_GRACE_SECS 30.0
+/* Seconds the processes of a sandbox are given past tu_wait_procs_gone()'s
+ * own bound before they count as left behind. */
+#define TU_ENDING_GRACE_SECS 30.0
 
 size_t tu_wait_procs_gone(const char *path, pid_t *pids, size_t max, double secs)
 {
-    double end = tu_now() + secs, hard = end + TU_WORKING_GRACE_SECS;
+    /* Past the bound, a sandbox's processes may still be ending: destroy
+     * returns before bubblewrap's keeper has removed the sandbox's
+     * directory and exited, which a machine busy with other suites' I/O
+     * and CPU has taken seconds over (the keeper running, in state R;
+     * asleep waiting for bwrap, S; the kernel tearing down the overlay and
+     * namespaces, D). A process left behind is there for good: it is
+     * reported once the grace is over too. */
+    double end = tu_now() + secs + TU_ENDING_GRACE_SECS;
     size_t n;
     for (;;) {
         n = tu_procs_mentioning(path, pids, max);
-        double now = tu_now();
-        if (n == 0 || now >= hard)
+        if (n == 0 || tu_now() >= end)
             break;
-        if (now >= end) {
-            /* Past the bound, only processes still at work are waited for:
-             * state D (the kernel tearing down a supervisor's overlay or
-             * namespaces) or R (a keeper removing a sandbox's directory),
-             * which a machine busy with other suites' I/O and CPU can take
-             * seconds over. One asleep (S, T) is waiting on something
-             * that will not come: a leak, reported at the bound. */
-            size_t d = 0;
-            while (d < n && (proc_state(pids[d]) == 'D' || proc_state(pids[d]) == 'R'))
-                d++;
-            if (d < n)
-                break;
-        }
         usleep(20000);
     }
     return n;

@@ -150,10 +150,9 @@ ssize_t tu_cmdline(pid_t pid, char *buf, size_t cap);
  * Returns how many were stored in @pids (at most @max). */
 size_t tu_procs_mentioning(const char *path, pid_t *pids, size_t max);
 /* tu_procs_mentioning(), asked again every 20 ms until it finds none or
- * @secs pass: the count of the last answer (0 when all were gone). Past
- * @secs, processes still at work (state R, or D: the kernel tearing down
- * an ending process's mounts or namespaces) are waited for up to 30 s
- * more, as long as every one left is in one of those states. */
+ * @secs pass, and then 30 s more (a sandbox's processes may still be
+ * ending after destroy returned, on a busy machine): the count of the last
+ * answer (0 when all were gone). */
 size_t tu_wait_procs_gone(const char *path, pid_t *pids, size_t max, double secs);
 /* @count() asked every 100 ms until it returns @want or @secs pass: its
  * last answer. */
