@@ -814,6 +814,10 @@ exec_state_clear(exec_state *st, int far[3])
 {
     void (*free_fn)(sbx_plugin_process *) = st->plugin ? SBX_SLOT(st->plugin, exec_free) : NULL;
 
+    /* The command's stdin ends first: a plugin that reads it whole before
+     * it starts the command (a file it uploads) is then never waiting for
+     * more when its free joins that read. */
+    sbx_close_fd(&st->in_fd);
     if (st->proc && free_fn)
         free_fn(st->proc);
     st->proc = NULL;

@@ -1686,6 +1686,35 @@ Test(exec, background_child_does_not_hold_the_exec)
     sbx_result_free(r);
 }
 
+/* A process freed while its stdin is open (never closed), its command
+ * reading it, is not waited for: the free returns at once, even where the
+ * backend takes stdin whole before the command starts (a file it uploads),
+ * and the sandbox serves the next command. */
+Test(exec, a_process_freed_with_its_stdin_open_is_not_waited_for)
+{
+    sbx_exec_request req = SBX_EXEC_REQUEST_INIT;
+    req.shell = "cat; sleep 30";
+    req.flags = SBX_EXEC_STDIN_OPEN;
+    sbx_error *err = NULL;
+    sbx_process *p = sbx_sandbox_start_process(g_sb, &req, &err);
+    cr_assert_not_null(p, "start_process: %s", err ? sbx_error_get0_message(err) : "");
+    cr_assert_eq(sbx_process_write_stdin(p, "abc", 3, &err), 0, "write_stdin: %s",
+                 err ? sbx_error_get0_message(err) : "");
+    usleep(300 * 1000);
+    double t0 = tu_now();
+    sbx_process_free(p);
+    double took = tu_now() - t0;
+    cr_assert_lt(took, 10.0, "the free took %.2f s", took);
+    req.shell = "cat";
+    req.flags = 0;
+    req.stdin_data = "after";
+    req.stdin_len = 5;
+    sbx_result *r = tu_exec(g_sb, &req);
+    tu_assert_exit(r, 0);
+    tu_assert_stdout(r, "after");
+    sbx_result_free(r);
+}
+
 /* "1\n2\n...N\n" as written by `seq 1 N`. */
 static char *seq_text(int n, size_t *len)
 {
