@@ -27,10 +27,12 @@
  *     of the two rows is what libcurl costs the client.
  *   - direct vs the remote plugin: the same direct call against
  *     execute_command({"/bin/true"}) on a sandbox of the `remote` backend
- *     (the whole client path: its script, the plugin host), alternating;
- *     and how much of it is the plugin's script: the raw HTTP execute of
- *     /bin/true against the same one of the script the plugin sends
- *     ("/bin/sh -c" exporting the mark, stdin from /dev/null, exec).
+ *     (the whole client path: the plugin host, the plugin, its execute
+ *     with the command as the request's own fields, as it sends them to
+ *     sbx-server), alternating; and what the script the plugin sends a
+ *     reference server instead would cost: the raw HTTP execute of
+ *     /bin/true against the same one of that script ("/bin/sh -c"
+ *     exporting the mark, stdin from /dev/null, exec).
  *   - replay: the same execute re-sent with a request id already completed
  *     (the stored answer, no provider call): replays per second and their
  *     p50 against a fresh execute's.
@@ -211,7 +213,8 @@ static const char *jstr(const char *text, const char *key, char *buf, size_t cap
 }
 
 static const char *exec_body = "{\"command\":\"/bin/true\",\"args\":[]}";
-/* What the remote plugin sends for execute_command({"/bin/true"}). */
+/* What the remote plugin sends a reference server (one whose records show
+ * no idempotency_key) for execute_command({"/bin/true"}). */
 static const char *script_body =
     "{\"command\":\"/bin/sh\",\"args\":[\"-c\",\"export SBX_EXEC_ID=sbx-exec-"
     "000000000000000000000000\\nexec </dev/null\\nexec '/bin/true'\"]}";

@@ -221,6 +221,9 @@ typedef struct proxy {
     const char *from, *to;
     int early;          /* a dropped request's connection is closed as soon
                          * as the request went on, before its answer */
+    const char *ans_from, *ans_to; /* every @ans_from in an answer becomes
+                                    * @ans_to (same length) */
+    char *last;         /* the last request whose line starts with @match */
     pthread_mutex_t lock;
     int requests;       /* requests seen whose line starts with @match */
     pthread_t thread;
@@ -294,6 +297,8 @@ static void *proxy_conn(void *ud)
             pthread_mutex_lock(&px->lock);
             if (px->match && strncmp(rq, px->match, strlen(px->match)) == 0) {
                 px->requests++;
+                free(px->last);
+                px->last = strndup(rq, (size_t)n);
                 if (px->drop > 0) {
                     px->drop--;
                     drop = 1;
@@ -320,6 +325,11 @@ static void *proxy_conn(void *ud)
                     break;
                 }
                 m = read_message(up, &rs);
+                for (char *hit = m > 0 && px->ans_from ? rs : NULL;
+                     hit && (hit = memmem(hit, (size_t)(rs + m - hit), px->ans_from,
+                                          strlen(px->ans_from))) != NULL;
+                     hit += strlen(px->ans_to))
+                    memcpy(hit, px->ans_to, strlen(px->ans_to));
             }
             free(rq);
             if (m <= 0 || drop || write_all(c->fd, rs, (size_t)m) < 0) {
@@ -371,6 +381,17 @@ static proxy *proxy_start(const char *match, int drop, const char *from, const c
     px->port = ntohs(a.sin_port);
     pthread_create(&px->thread, NULL, proxy_main, px);
     return px;
+}
+
+/* The last request whose line started with the proxy's match: a new
+ * string. */
+static char *proxy_last(proxy *px)
+{
+    pthread_mutex_lock(&px->lock);
+    char *r = px->last ? strdup(px->last) : NULL;
+    pthread_mutex_unlock(&px->lock);
+    cr_assert_not_null(r, "no request matched");
+    return r;
 }
 
 static int proxy_requests(proxy *px)
@@ -753,6 +774,117 @@ Test(remote, exec_after_destroy_is_not_found)
     cr_assert_eq(sbx_error_get_code(err), SBX_ERROR_NOT_FOUND, "%s",
                  sbx_error_get0_message(err));
     sbx_error_free(err);
+}
+
+/* ---------------------------------------------------------- exec's form */
+
+/* Runs argv {"sh", "-c", SCRIPT} with the variable V=@v and the cwd @cwd on
+ * @sb: the result. */
+static sbx_result *run_in(sbx_sandbox *sb, const char *script, const char *v, const char *cwd,
+                          sbx_error **err)
+{
+    const char *argv[] = { "sh", "-c", script, NULL };
+    char *kv = tu_strdup_printf("V=%s", v);
+    const char *env[] = { kv, NULL };
+    sbx_exec_request rq = SBX_EXEC_REQUEST_INIT;
+    rq.argv = argv;
+    rq.env = env;
+    rq.cwd = cwd;
+    rq.timeout_secs = 20;
+    sbx_result *r = sbx_sandbox_execute_command(sb, &rq, err);
+    free(kv);
+    return r;
+}
+
+/* sbx-server shows a record's idempotency_key: its commands go as
+ * execute's own fields (argv, env with the command's mark, cwd), no shell
+ * of the plugin's around them. */
+Test(remote, commands_go_as_executes_own_fields_where_the_server_takes_them)
+{
+    proxy *px = proxy_start("POST /v1/sandboxes/", 0, NULL, NULL);
+    sbx_client *c = client_via(px);
+    g_sb = tu_create(c, NULL);
+    sbx_result *m = tu_sh(g_sb, "mkdir -p \"$SANDBOX_ROOT/w d\"", 20);
+    tu_assert_exit(m, 0);
+    sbx_result_free(m);
+    sbx_error *err = NULL;
+    sbx_result *r = run_in(g_sb, "printf '%s|%s' \"$V\" \"${PWD##*/}\"", "a 'b' $c", "/w d", &err);
+    cr_assert_not_null(r, "%s", err ? sbx_error_get0_message(err) : "");
+    tu_assert_exit(r, 0);
+    tu_assert_stdout(r, "a 'b' $c|w d");
+    sbx_result_free(r);
+    char *last = proxy_last(px);
+    const char *body = strstr(last, "\r\n\r\n") + 4;
+    json_object *j = json_tokener_parse(body);
+    cr_assert_not_null(j, "body %s", body);
+    cr_assert_str_eq(tu_json_str(j, "command"), "sh");
+    json_object *args = NULL, *env = NULL;
+    cr_assert(json_object_object_get_ex(j, "args", &args));
+    cr_assert_eq(json_object_array_length(args), 2);
+    cr_assert_str_eq(json_object_get_string(json_object_array_get_idx(args, 0)), "-c");
+    cr_assert_str_eq(tu_json_str(j, "cwd"), "/w d");
+    cr_assert(json_object_object_get_ex(j, "env", &env));
+    cr_assert_str_eq(tu_json_str(env, "V"), "a 'b' $c");
+    cr_assert_eq(json_object_object_length(env), 2, "V and the command's mark: %s",
+                 json_object_to_json_string(env));
+    json_object_put(j);
+    free(last);
+    /* A missing cwd: not_found naming it, as through the script. */
+    r = run_in(g_sb, "true", "x", "/no/such/dir", &err);
+    cr_assert_null(r);
+    tu_assert_error(err, SBX_ERROR_NOT_FOUND, "/no/such/dir", NULL);
+    assert_ctx(err, "path", "/no/such/dir");
+    sbx_error_free(err);
+    sbx_sandbox_destroy(g_sb, NULL);
+    sbx_sandbox_free(g_sb);
+    g_sb = NULL;
+    sbx_client_free(c);
+}
+
+/* A server that does not show the key (a reference server, which drops the
+ * fields it does not know) gets every command as the portable script: env,
+ * cwd, a missing cwd and a timeout behave the same. */
+Test(remote, a_server_without_the_fields_gets_the_portable_script)
+{
+    proxy *px = proxy_start("POST /v1/sandboxes/", 0, NULL, NULL);
+    px->ans_from = "\"idempotency_key\"";
+    px->ans_to = "\"idempotency_kex\"";
+    sbx_client *c = client_via(px);
+    g_sb = tu_create(c, NULL);
+    sbx_result *m = tu_sh(g_sb, "mkdir -p \"$SANDBOX_ROOT/w d\"", 20);
+    tu_assert_exit(m, 0);
+    sbx_result_free(m);
+    sbx_error *err = NULL;
+    sbx_result *r = run_in(g_sb, "printf '%s|%s' \"$V\" \"${PWD##*/}\"", "a 'b' $c", "/w d", &err);
+    cr_assert_not_null(r, "%s", err ? sbx_error_get0_message(err) : "");
+    tu_assert_exit(r, 0);
+    tu_assert_stdout(r, "a 'b' $c|w d");
+    sbx_result_free(r);
+    char *last = proxy_last(px);
+    const char *body = strstr(last, "\r\n\r\n") + 4;
+    json_object *j = json_tokener_parse(body);
+    cr_assert_not_null(j, "body %s", body);
+    cr_assert_str_eq(tu_json_str(j, "command"), "/bin/sh");
+    cr_assert(!json_object_object_get_ex(j, "env", NULL));
+    cr_assert(!json_object_object_get_ex(j, "cwd", NULL));
+    json_object_put(j);
+    free(last);
+    r = run_in(g_sb, "true", "x", "/no/such/dir", &err);
+    cr_assert_null(r);
+    tu_assert_error(err, SBX_ERROR_NOT_FOUND, "/no/such/dir", NULL);
+    assert_ctx(err, "path", "/no/such/dir");
+    sbx_error_free(err);
+    /* A timeout ends the command through its mark. */
+    double t0 = tu_now();
+    r = tu_sh(g_sb, "sleep 30", 1);
+    cr_assert_eq(sbx_result_get_exit_code(r), 124);
+    cr_assert(sbx_result_is_timed_out(r));
+    sbx_result_free(r);
+    cr_assert_lt(tu_now() - t0, 10.0);
+    sbx_sandbox_destroy(g_sb, NULL);
+    sbx_sandbox_free(g_sb);
+    g_sb = NULL;
+    sbx_client_free(c);
 }
 
 /* ---------------------------------------------------------- retries */

@@ -29,10 +29,15 @@
  *    sandbox; a record that is failed (a replay of a failed create) is its
  *    latest_error; creating (a replay while the first is in flight) is
  *    polled until it is running.
- *  - exec: POST /v1/sandboxes/{id}/execute {"command":"/bin/sh","args":
- *    ["-c", SCRIPT]} with "Idempotency-Key: req_" + 32 hex digits, made per
- *    command. The contract carries no env, cwd or stdin, so the script does
- *    it: per-call values exported (shell-quoted), CL_EXEC_MARK exported for
+ *  - exec: POST /v1/sandboxes/{id}/execute with "Idempotency-Key: req_" +
+ *    32 hex digits, made per command. On sbx-server (its records show
+ *    "idempotency_key"), a command without stdin goes as the execute's own
+ *    fields: the argv as "command" and "args" (a shell command with "args"
+ *    null), the per-call environment and CL_EXEC_MARK as "env", the cwd as
+ *    "cwd" (a not_found answer for it is the missing-cwd error below): one
+ *    request, no shell of this plugin around the command. Otherwise
+ *    {"command":"/bin/sh","args":["-c", SCRIPT]}: the contract carries no
+ *    env, cwd or stdin, so the script does it: per-call values exported (shell-quoted), CL_EXEC_MARK exported for
  *    exec_kill, stdin from a file written first through execute (else
  *    /dev/null), the cwd entered as "$SANDBOX_ROOT" + cwd (local sandboxes
  *    resolve paths beneath their root; isolated ones have SANDBOX_ROOT
@@ -41,9 +46,10 @@
  *    arrives when the command ends. A transport failure re-sends the same
  *    key (the server replays the stored result); a 409 "execution is
  *    already in progress" for the command's own request id (an earlier
- *    send of it) is waited out. Env, cwd and stdin stay in the script even
- *    where a server takes them as fields: the reference drops unknown
- *    fields silently.
+ *    send of it) is waited out. A server whose records do not show the key
+ *    (the reference) gets the script for every command: it drops unknown
+ *    fields silently. Stdin stays in the script on sbx-server too: its
+ *    stdin_b64 would carry at most the body's 8 MiB.
  *  - Capabilities: exec, stdin, files, resume, background processes,
  *    lifetime and list_owned; isolation unless the upstream backend is
  *    local or safehouse (whose commands see the host). No snapshot, no
@@ -151,12 +157,17 @@ struct sbx_plugin_sandbox {
     char *api;          /* the control plane it lives on */
     char *backend;      /* its upstream backend, or NULL when not known */
     char *root;         /* its SANDBOX_ROOT ("" where it owns /) */
+    int fields;         /* the server takes execute's env and cwd fields */
 };
 
 typedef struct rm_proc {
     cl_script_proc sp;  /* first member (provider.h) */
     char *cwd;          /* the caller's cwd, or NULL */
     struct rm_ctx_list *fail_ctx; /* the failure's context (rm_exec_wait), or NULL */
+    int fields;         /* sent as execute's fields, not as a script */
+    int cwd_refused;    /* with fields: the server's not_found for the cwd */
+    char **argv;        /* with fields: the caller's argv, or NULL */
+    char *shell;        /* with fields: the caller's shell command, or NULL */
 } rm_proc;
 
 /* ------------------------------------------------------------------------ */
@@ -762,28 +773,27 @@ static int rm_output(json_object *j, const char *b64, const char *text, cl_buf *
 }
 
 /*
- * POST /v1/sandboxes/{id}/execute {"command":"/bin/sh","args":["-c",
- * @script]} with a new request id as the Idempotency-Key. A transport
+ * POST /v1/sandboxes/{id}/execute with the body @b (taken: freed here) and
+ * a new request id as the Idempotency-Key; rm_execute() sends
+ * {"command":"/bin/sh","args":["-c", @script]}. A transport
  * failure re-sends the same key (cl_request); when the re-sent one finds
  * the first still running (409 "execution is already in progress") it asks
  * again, pausing 0.05 s doubling to 0.5 s, until the stored result comes
  * back. 0 with @x filled, -1 with *@error (a 404 or a destroyed sandbox sets
  * the gone flag: not_found, reason gone).
  */
-static int rm_execute(struct sbx_plugin_sandbox *sb, const sbx_call_ctx *ctx, const char *script,
-                      rm_result *x, const char *op, sbx_error **error)
+static int rm_execute_body(struct sbx_plugin_sandbox *sb, const sbx_call_ctx *ctx,
+                           json_object *b, rm_result *x, const char *op, sbx_error **error)
 {
     rm_last_ctx.n = 0;
-    if (cl_gone_check(&sb->s.gone, op, RM_BACKEND, sb->s.id, error) < 0)
+    if (cl_gone_check(&sb->s.gone, op, RM_BACKEND, sb->s.id, error) < 0) {
+        json_object_put(b);
         return -1;
+    }
     char key[40];
     memcpy(key, "req_", 4);
     cl_random_hex(key + 4, 16);
-    json_object *b = json_object_new_object(), *args = json_object_new_array(), *j = NULL;
-    json_object_object_add(b, "command", json_object_new_string("/bin/sh"));
-    json_object_array_add(args, json_object_new_string("-c"));
-    json_object_array_add(args, json_object_new_string(script));
-    json_object_object_add(b, "args", args);
+    json_object *j = NULL;
     char *path = rm_path(sb->s.id, "/execute");
     cl_resp r = { 0 };
     int rc = -1;
@@ -850,9 +860,30 @@ out:
     return rc;
 }
 
+static int rm_execute(struct sbx_plugin_sandbox *sb, const sbx_call_ctx *ctx, const char *script,
+                      rm_result *x, const char *op, sbx_error **error)
+{
+    json_object *b = json_object_new_object(), *args = json_object_new_array();
+    json_object_object_add(b, "command", json_object_new_string("/bin/sh"));
+    json_object_array_add(args, json_object_new_string("-c"));
+    json_object_array_add(args, json_object_new_string(script));
+    json_object_object_add(b, "args", args);
+    return rm_execute_body(sb, ctx, b, x, op, error);
+}
+
 /* ------------------------------------------------------------------------ */
 /* Lifecycle                                                                 */
 /* ------------------------------------------------------------------------ */
+
+/* Whether the server of the sandbox record @rec takes execute's fields
+ * beyond the reference ("env", "cwd"): sbx-server shows a record's
+ * "idempotency_key" (and this plugin always sends one), a reference server
+ * neither shows it nor reads those fields (it drops unknown ones), so a
+ * record without it keeps every command in the portable script. */
+static int rm_takes_fields(json_object *rec)
+{
+    return rec && json_object_object_get_ex(rec, "idempotency_key", NULL);
+}
 
 static void rm_sandbox_free(sbx_plugin_sandbox *sb)
 {
@@ -1219,6 +1250,7 @@ static int rm_create(sbx_plugin_client *client, const sbx_call_ctx *ctx,
         rm_delete(c, NULL, id, op, NULL);
         goto out;
     }
+    sb->fields = rm_takes_fields(j);
     /* Its SANDBOX_ROOT, as its commands see it: the sandbox_root slot. */
     rm_result x = { 0 };
     if (rm_execute(sb, ctx, "printf %s \"$SANDBOX_ROOT\"", &x, op, error) < 0
@@ -1366,6 +1398,7 @@ static int rm_resume(sbx_plugin_client *client, const sbx_call_ctx *ctx, const c
         cl_fail(error, SBX_ERROR_RESOURCE_EXHAUSTED, op, "out of memory");
         goto out;
     }
+    sb->fields = rm_takes_fields(j);
     *sandbox = sb;
     rc = 0;
 out:
@@ -1500,6 +1533,47 @@ out:
 /* Exec as a process handle                                                  */
 /* ------------------------------------------------------------------------ */
 
+/*
+ * A command as execute's own fields, where the server takes them
+ * (rm_takes_fields()): the caller's argv as "command" and "args" (no
+ * shell), or its shell command with "args" null (the server's /bin/sh -c);
+ * the per-call environment and the command's mark (exec_kill) as "env",
+ * laid over the sandbox's; the caller's cwd as "cwd", which the upstream
+ * backend resolves as its own exec does. One request, and no shell of this
+ * plugin started around the command. The body, or NULL on no memory.
+ */
+static json_object *rm_fields_body(const rm_proc *p)
+{
+    json_object *b = json_object_new_object(), *env = json_object_new_object();
+    if (!b || !env) {
+        json_object_put(b);
+        json_object_put(env);
+        return NULL;
+    }
+    if (p->shell) {
+        json_object_object_add(b, "command", json_object_new_string(p->shell));
+        json_object_object_add(b, "args", NULL);
+    } else {
+        json_object *args = json_object_new_array();
+        json_object_object_add(b, "command", json_object_new_string(p->argv[0]));
+        for (size_t i = 1; p->argv[i]; i++)
+            json_object_array_add(args, json_object_new_string(p->argv[i]));
+        json_object_object_add(b, "args", args);
+    }
+    for (size_t i = 0; p->sp.env && p->sp.env[i]; i++) {
+        const char *eq = strchr(p->sp.env[i], '=');
+        char *name = eq ? strndup(p->sp.env[i], (size_t)(eq - p->sp.env[i])) : NULL;
+        if (name)
+            json_object_object_add(env, name, json_object_new_string(eq + 1));
+        free(name);
+    }
+    json_object_object_add(env, CL_EXEC_MARK, json_object_new_string(p->sp.tag));
+    json_object_object_add(b, "env", env);
+    if (p->cwd)
+        json_object_object_add(b, "cwd", json_object_new_string(p->cwd));
+    return b;
+}
+
 static int rm_exec_run(cl_proc *base)
 {
     rm_proc *p = (rm_proc *)base;
@@ -1510,6 +1584,25 @@ static int rm_exec_run(cl_proc *base)
     char *in_q = NULL;
     int code = -1;
     rm_result x = { 0 };
+    if (p->fields) {
+        json_object *b = rm_fields_body(p);
+        if (!b) {
+            cl_fail(NULL, SBX_ERROR_RESOURCE_EXHAUSTED, op, "out of memory");
+            goto fail;
+        }
+        if (rm_execute_body(sb, &ctx, b, &x, op, NULL) < 0) {
+            /* A cwd the upstream backend could not enter is its not_found
+             * (HTTP 502; a sandbox gone is 404 or destroyed, the gone
+             * flag): answered as the script's cd would be, so that
+             * rm_exec_wait() names the directory. */
+            const cl_last_error *l = cl_last();
+            if (!p->cwd || l->code != SBX_ERROR_NOT_FOUND || cl_gone_get(&sb->s.gone))
+                goto fail;
+            p->cwd_refused = 1;
+            x.exit_code = CL_CWD_MISSING_EXIT;
+        }
+        goto answered;
+    }
     int bad = cl_buf_printf(&s, "export %s=%s\n", CL_EXEC_MARK, p->sp.tag) < 0;
     for (size_t i = 0; p->sp.env && p->sp.env[i] && !bad; i++) {
         const char *eq = strchr(p->sp.env[i], '=');
@@ -1546,6 +1639,7 @@ static int rm_exec_run(cl_proc *base)
     }
     if (rm_execute(sb, &ctx, s.data, &x, op, NULL) < 0)
         goto fail;
+answered:
     if (cl_proc_output(base, 1, x.out.data, x.out.len) < 0
         || cl_proc_output(base, 2, x.err.data, x.err.len) < 0) {
         /* The host closed its descriptor or stopped the command. */
@@ -1570,6 +1664,8 @@ static void rm_proc_fini(cl_script_proc *sp)
 {
     free(((rm_proc *)sp)->cwd);
     free(((rm_proc *)sp)->fail_ctx);
+    cl_strv_free(((rm_proc *)sp)->argv);
+    free(((rm_proc *)sp)->shell);
 }
 
 /* exec_wait: the command's end; a missing cwd (the script's cd exited
@@ -1598,6 +1694,14 @@ static int rm_exec_wait(sbx_plugin_process *process, const sbx_call_ctx *ctx, in
             sbx_error *e = cl_fail(error, SBX_ERROR_NOT_FOUND, "exec",
                                    "the working directory %s does not exist in the sandbox",
                                    p->cwd);
+            cl_context(e, "path", p->cwd);
+            rc = -1;
+        } else if (p->cwd_refused) {
+            /* The server said not_found; the directory is there now, or
+             * could not be looked at: its refusal, naming the cwd. */
+            sbx_error *e = cl_fail(error, SBX_ERROR_NOT_FOUND, "exec",
+                                   "the control plane's backend could not enter the working "
+                                   "directory %s (not_found)", p->cwd);
             cl_context(e, "path", p->cwd);
             rc = -1;
         }
@@ -1653,7 +1757,13 @@ static int rm_exec_start(sbx_plugin_sandbox *sb, const sbx_call_ctx *ctx,
     if (!p)
         return -1;
     p->sp.fini = rm_proc_fini;
-    if (rq->cwd && !(p->cwd = strdup(rq->cwd))) {
+    /* A command fed stdin keeps the script (its stdin written into the
+     * sandbox first): the server's stdin_b64 carries at most its body's
+     * 8 MiB. */
+    p->fields = sb->fields && rq->stdin_fd < 0;
+    if ((rq->cwd && !(p->cwd = strdup(rq->cwd)))
+        || (p->fields && rq->shell && !(p->shell = strdup(rq->shell)))
+        || (p->fields && !rq->shell && !(p->argv = cl_strv_dup(rq->argv)))) {
         cl_script_proc_free(&p->sp);
         cl_fail(error, SBX_ERROR_RESOURCE_EXHAUSTED, "exec", "out of memory");
         return -1;
