@@ -829,6 +829,42 @@ Test(remote, commands_go_as_executes_own_fields_where_the_server_takes_them)
                  json_object_to_json_string(env));
     json_object_put(j);
     free(last);
+    /* Stdin as stdin_b64 when it ends within 4 MiB, byte-exact; a longer
+     * one goes through the script. */
+    for (int big = 0; big < 2; big++) {
+        size_t n = big ? 4 * 1048576 + 1 : 3;
+        unsigned char *data = malloc(n);
+        for (size_t i = 0; i < n; i++)
+            data[i] = (unsigned char)(i * 7 + 255);
+        const char *argv[] = { "sha256sum", NULL };
+        sbx_exec_request rq = SBX_EXEC_REQUEST_INIT;
+        rq.argv = argv;
+        rq.stdin_data = data;
+        rq.stdin_len = n;
+        rq.timeout_secs = 60;
+        r = sbx_sandbox_execute_command(g_sb, &rq, &err);
+        cr_assert_not_null(r, "%s", err ? sbx_error_get0_message(err) : "");
+        char hex[65], *want = NULL;
+        tu_sha256_hex(data, n, hex);
+        want = tu_strdup_printf("%s  -\n", hex);
+        tu_assert_exit(r, 0);
+        tu_assert_stdout(r, want);
+        sbx_result_free(r);
+        free(want);
+        last = proxy_last(px);
+        body = strstr(last, "\r\n\r\n") + 4;
+        j = json_tokener_parse(body);
+        cr_assert_not_null(j);
+        if (big) {
+            cr_assert_str_eq(tu_json_str(j, "command"), "/bin/sh");
+        } else {
+            cr_assert_str_eq(tu_json_str(j, "command"), "sha256sum");
+            cr_assert_str_eq(tu_json_str(j, "stdin_b64"), "/wYN");
+        }
+        json_object_put(j);
+        free(last);
+        free(data);
+    }
     /* A missing cwd: not_found naming it, as through the script. */
     r = run_in(g_sb, "true", "x", "/no/such/dir", &err);
     cr_assert_null(r);

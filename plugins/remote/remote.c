@@ -31,25 +31,26 @@
  *    polled until it is running.
  *  - exec: POST /v1/sandboxes/{id}/execute with "Idempotency-Key: req_" +
  *    32 hex digits, made per command. On sbx-server (its records show
- *    "idempotency_key"), a command without stdin goes as the execute's own
- *    fields: the argv as "command" and "args" (a shell command with "args"
- *    null), the per-call environment and CL_EXEC_MARK as "env", the cwd as
- *    "cwd" (a not_found answer for it is the missing-cwd error below): one
- *    request, no shell of this plugin around the command. Otherwise
- *    {"command":"/bin/sh","args":["-c", SCRIPT]}: the contract carries no
- *    env, cwd or stdin, so the script does it: per-call values exported (shell-quoted), CL_EXEC_MARK exported for
- *    exec_kill, stdin from a file written first through execute (else
- *    /dev/null), the cwd entered as "$SANDBOX_ROOT" + cwd (local sandboxes
- *    resolve paths beneath their root; isolated ones have SANDBOX_ROOT
- *    empty). The answer's stdout_b64 / stderr_b64 (binary-safe, CASE-07)
- *    are used when present, else stdout / stderr as text. Output therefore
- *    arrives when the command ends. A transport failure re-sends the same
- *    key (the server replays the stored result); a 409 "execution is
- *    already in progress" for the command's own request id (an earlier
- *    send of it) is waited out. A server whose records do not show the key
- *    (the reference) gets the script for every command: it drops unknown
- *    fields silently. Stdin stays in the script on sbx-server too: its
- *    stdin_b64 would carry at most the body's 8 MiB.
+ *    "idempotency_key"), a command goes as the execute's own fields: the
+ *    argv as "command" and "args" (a shell command with "args" null), the
+ *    per-call environment and CL_EXEC_MARK as "env", the cwd as "cwd" (a
+ *    not_found answer for it is the missing-cwd error below), its stdin,
+ *    read to its end first, as "stdin_b64" when it ends within
+ *    RM_FIELDS_STDIN bytes (the server's bodies hold 8 MiB at most): one
+ *    request, no shell of this plugin around the command. A longer stdin,
+ *    and every command on a server whose records do not show the key (the
+ *    reference, which drops unknown fields silently), go as
+ *    {"command":"/bin/sh","args":["-c", SCRIPT]}, the script doing what
+ *    the contract's execute cannot carry: per-call values exported
+ *    (shell-quoted), CL_EXEC_MARK exported for exec_kill, stdin from a
+ *    file written first through execute (else /dev/null), the cwd entered
+ *    as "$SANDBOX_ROOT" + cwd (local sandboxes resolve paths beneath their
+ *    root; isolated ones have SANDBOX_ROOT empty). The answer's stdout_b64
+ *    / stderr_b64 (binary-safe, CASE-07) are used when present, else
+ *    stdout / stderr as text. Output therefore arrives when the command
+ *    ends. A transport failure re-sends the same key (the server replays
+ *    the stored result); a 409 "execution is already in progress" for the
+ *    command's own request id (an earlier send of it) is waited out.
  *  - Capabilities: exec, stdin, files, resume, background processes,
  *    lifetime and list_owned; isolation unless the upstream backend is
  *    local or safehouse (whose commands see the host). No snapshot, no
@@ -121,7 +122,8 @@
 #define RM_WAIT_S 300.0             /* bound on waiting for a replayed create */
 #define RM_WRITE_CHUNK 65536        /* file bytes per request (base64 in argv) */
 #define RM_READ_CHUNK 4194304       /* file bytes per request (base64 in stdout) */
-#define RM_STDIN_MAX (64 * 1048576) /* stdin bytes a command may be given */
+#define RM_FIELDS_STDIN (4 * 1048576) /* stdin bytes sent as stdin_b64 (sbx-server's
+                                       * bodies: at most 8 MiB) */
 /* Exit statuses of the file scripts. */
 #define RM_EXIT_MISSING 3
 #define RM_EXIT_ISDIR 4
@@ -1440,10 +1442,13 @@ static char *rm_quote_path(const char *path)
 /* Writes the bytes of @fd (up to @max, else -2) as the sandbox file @qpath
  * (rm_quote_path()) through execute, RM_WRITE_CHUNK bytes per request, into
  * "@qpath.sbx-TAG" renamed into place at the end with @mode (-1: none
- * set), parent directories made. 0, or -1 with *@error. */
-static int rm_put(struct sbx_plugin_sandbox *sb, const sbx_call_ctx *ctx, const char *qpath,
-                  const char *shown, int fd, long mode, const char *op, sbx_error **error)
+ * set), parent directories made; rm_put_pre() writes the bytes of @pre
+ * (borrowed; NULL: none) before those of @fd. 0, or -1 with *@error. */
+static int rm_put_pre(struct sbx_plugin_sandbox *sb, const sbx_call_ctx *ctx, const char *qpath,
+                      const char *shown, const cl_buf *pre, int fd, long mode, const char *op,
+                      sbx_error **error)
 {
+    size_t pre_off = 0;
     char tag[33];
     cl_random_hex(tag, 16);
     char *buf = malloc(RM_WRITE_CHUNK);
@@ -1455,6 +1460,11 @@ static int rm_put(struct sbx_plugin_sandbox *sb, const sbx_call_ctx *ctx, const 
     for (int first = 1;; first = 0) {
         size_t n = 0;
         int eof = 0;
+        if (pre && pre_off < pre->len) {
+            n = pre->len - pre_off < RM_WRITE_CHUNK ? pre->len - pre_off : RM_WRITE_CHUNK;
+            memcpy(buf, pre->data + pre_off, n);
+            pre_off += n;
+        }
         while (n < RM_WRITE_CHUNK) {
             ssize_t k = read(fd, buf + n, RM_WRITE_CHUNK - n);
             if (k < 0 && errno == EINTR)
@@ -1529,6 +1539,12 @@ out:
     return rc;
 }
 
+static int rm_put(struct sbx_plugin_sandbox *sb, const sbx_call_ctx *ctx, const char *qpath,
+                  const char *shown, int fd, long mode, const char *op, sbx_error **error)
+{
+    return rm_put_pre(sb, ctx, qpath, shown, NULL, fd, mode, op, error);
+}
+
 /* ------------------------------------------------------------------------ */
 /* Exec as a process handle                                                  */
 /* ------------------------------------------------------------------------ */
@@ -1542,7 +1558,7 @@ out:
  * backend resolves as its own exec does. One request, and no shell of this
  * plugin started around the command. The body, or NULL on no memory.
  */
-static json_object *rm_fields_body(const rm_proc *p)
+static json_object *rm_fields_body(const rm_proc *p, const cl_buf *in)
 {
     json_object *b = json_object_new_object(), *env = json_object_new_object();
     if (!b || !env) {
@@ -1571,7 +1587,39 @@ static json_object *rm_fields_body(const rm_proc *p)
     json_object_object_add(b, "env", env);
     if (p->cwd)
         json_object_object_add(b, "cwd", json_object_new_string(p->cwd));
+    if (in) {
+        char *b64 = cl_base64_encode(in->data ? in->data : "", in->len);
+        if (!b64) {
+            json_object_put(b);
+            return NULL;
+        }
+        json_object_object_add(b, "stdin_b64", json_object_new_string(b64));
+        free(b64);
+    }
     return b;
+}
+
+/* Reads @fd into @in until its end or more than @max bytes: 1 at the end,
+ * 0 with more to come (@in holds the first @max + 1), -1 on a read error
+ * (errno). */
+static int rm_read_upto(int fd, cl_buf *in, size_t max)
+{
+    char chunk[65536];
+    while (in->len <= max) {
+        size_t want = max + 1 - in->len < sizeof chunk ? max + 1 - in->len : sizeof chunk;
+        ssize_t k = read(fd, chunk, want);
+        if (k < 0 && errno == EINTR)
+            continue;
+        if (k < 0)
+            return -1;
+        if (k == 0)
+            return 1;
+        if (cl_buf_append(in, chunk, (size_t)k) < 0) {
+            errno = ENOMEM;
+            return -1;
+        }
+    }
+    return 0;
 }
 
 static int rm_exec_run(cl_proc *base)
@@ -1584,8 +1632,23 @@ static int rm_exec_run(cl_proc *base)
     char *in_q = NULL;
     int code = -1;
     rm_result x = { 0 };
-    if (p->fields) {
-        json_object *b = rm_fields_body(p);
+    cl_buf in = { 0 };
+    int in_whole = 0;
+    if (p->fields && p->sp.stdin_fd >= 0) {
+        /* Stdin as the execute's stdin_b64 when it ends within
+         * RM_FIELDS_STDIN bytes; more goes the script's way, what was read
+         * written first. */
+        int r = rm_read_upto(p->sp.stdin_fd, &in, RM_FIELDS_STDIN);
+        if (r < 0) {
+            cl_fail(NULL, errno == ENOMEM ? SBX_ERROR_RESOURCE_EXHAUSTED
+                                          : SBX_ERROR_INVALID_ARGUMENT,
+                    op, "cannot read the command's stdin: %s", strerror(errno));
+            goto fail;
+        }
+        in_whole = r == 1;
+    }
+    if (p->fields && (p->sp.stdin_fd < 0 || in_whole)) {
+        json_object *b = rm_fields_body(p, p->sp.stdin_fd >= 0 ? &in : NULL);
         if (!b) {
             cl_fail(NULL, SBX_ERROR_RESOURCE_EXHAUSTED, op, "out of memory");
             goto fail;
@@ -1618,7 +1681,7 @@ static int rm_exec_run(cl_proc *base)
         char *name = cl_printf("${TMPDIR:-/tmp}/.%s.in", p->sp.tag);
         in_q = name ? cl_printf("\"${TMPDIR:-/tmp}\"/'.%s.in'", p->sp.tag) : NULL;
         free(name);
-        if (!in_q || rm_put(sb, &ctx, in_q, "stdin", p->sp.stdin_fd, -1, op, NULL) < 0) {
+        if (!in_q || rm_put_pre(sb, &ctx, in_q, "stdin", &in, p->sp.stdin_fd, -1, op, NULL) < 0) {
             if (!in_q)
                 cl_fail(NULL, SBX_ERROR_RESOURCE_EXHAUSTED, op, "out of memory");
             goto fail;
@@ -1656,6 +1719,7 @@ fail:
 out:
     rm_result_clear(&x);
     cl_buf_clear(&s);
+    cl_buf_clear(&in);
     free(in_q);
     return code;
 }
@@ -1757,10 +1821,7 @@ static int rm_exec_start(sbx_plugin_sandbox *sb, const sbx_call_ctx *ctx,
     if (!p)
         return -1;
     p->sp.fini = rm_proc_fini;
-    /* A command fed stdin keeps the script (its stdin written into the
-     * sandbox first): the server's stdin_b64 carries at most its body's
-     * 8 MiB. */
-    p->fields = sb->fields && rq->stdin_fd < 0;
+    p->fields = sb->fields;
     if ((rq->cwd && !(p->cwd = strdup(rq->cwd)))
         || (p->fields && rq->shell && !(p->shell = strdup(rq->shell)))
         || (p->fields && !rq->shell && !(p->argv = cl_strv_dup(rq->argv)))) {
