@@ -119,7 +119,6 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <math.h>
-#include <poll.h>
 #include <pthread.h>
 #include <signal.h>
 #include <stdio.h>
@@ -476,11 +475,9 @@ static int ray_tmpfile(void)
 /* A zip (stored) in a temporary file holding the entry "stdin", what @in
  * holds to its end (@in -1: none), and the entry "script", @script (NULL:
  * none): its descriptor (at offset 0) and length, or -1 with *@error. The
- * read of @in ends (cancelled) when @cancel_fd (-1: none) becomes
- * readable: a process freed while its stdin is still open (never closed)
- * is not waited for. */
-static int ray_zip(int in, int cancel_fd, const char *script, int64_t *len, const char *op,
-                   sbx_error **error)
+ * read of @in ends at its end: the library closes a process's stdin before
+ * the plugin's free, so a free does not wait for it. */
+static int ray_zip(int in, const char *script, int64_t *len, const char *op, sbx_error **error)
 {
     int data = ray_tmpfile(), zip = -1;
     char buf[65536];
@@ -489,18 +486,6 @@ static int ray_zip(int in, int cancel_fd, const char *script, int64_t *len, cons
     if (data < 0)
         goto sys;
     for (; in >= 0;) {
-        struct pollfd pfd[2] = { { .fd = in, .events = POLLIN },
-                                 { .fd = cancel_fd, .events = POLLIN } };
-        int pr = poll(pfd, cancel_fd >= 0 ? 2 : 1, -1);
-        if (pr < 0 && errno == EINTR)
-            continue;
-        if (pr < 0)
-            goto sys;
-        if (cancel_fd >= 0 && (pfd[1].revents & (POLLIN | POLLHUP | POLLERR))) {
-            cl_fail(error, SBX_ERROR_CANCELLED, op, "cancelled while reading the command's stdin");
-            close(data);
-            return -1;
-        }
         ssize_t n = read(in, buf, sizeof buf);
         if (n < 0 && errno == EINTR)
             continue;
@@ -589,7 +574,7 @@ static int ray_put_package(struct sbx_plugin_client *c, const sbx_call_ctx *ctx,
                            const char *script, char uri[64], const char *op, sbx_error **error)
 {
     int64_t len = 0;
-    int zip = ray_zip(in, ctx ? ctx->cancel_fd : -1, script, &len, op, error);
+    int zip = ray_zip(in, script, &len, op, error);
     if (zip < 0)
         return -1;
     char hex[33];
