@@ -73,7 +73,12 @@
  *    carrying the command's CL_EXEC_MARK; SIGKILL first stops the job
  *    (POST .../stop). The plugin's own jobs carry none of the sandbox's
  *    resources. A process freed while it runs has its job stopped and its
- *    record deleted. Destroy runs a job that kills every process of the
+ *    record deleted, within the client's call timeout when one was set at
+ *    the start (else 30 s for the kill, RAY_REAP_S for the rest); a job
+ *    whose submit was in flight (its answer not come) is looked for by its
+ *    id, ours, for RAY_SUBMIT_LOOK_S more on the client's reaper thread; what
+ *    is left is logged (info) and stays, its metadata naming the sandbox
+ *    (sbx_sandbox). Destroy runs a job that kills every process of the
  *    sandbox (SBX_RAY_SANDBOX=ID in its environment), removes what create
  *    made and deletes the sandbox's label.
  *  - Lifetime (timeout_secs, from readiness): Ray has none for a job's
@@ -114,7 +119,6 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <math.h>
-#include <poll.h>
 #include <pthread.h>
 #include <signal.h>
 #include <stdio.h>
@@ -141,6 +145,8 @@
 #define RAY_TAIL_CONNECT_S 10.0     /* the log tail's opening handshake, at most */
 #define RAY_SHORT_S 60.0            /* bound on the plugin's own jobs */
 #define RAY_REAP_S 30.0             /* bound on stopping and deleting a freed job */
+#define RAY_SUBMIT_LOOK_S 30.0      /* how long a job whose submit went unanswered
+                                     * is looked for after its process's free */
 #define RAY_SANDBOX_MARK "SBX_RAY_SANDBOX"
 #define RAY_LIFETIME_SUFFIX "-lifetime" /* the lifetime job: the sandbox's id and this */
 #define RAY_LIFETIME_GRACE_S 1.0    /* how long after its expiry the lifetime job
@@ -204,7 +210,14 @@ typedef struct ray_proc {
     int stdin_fd;
     ray_run run;
     int submitted;      /* the job was sent (exec_kill may stop it) */
+    int submit_lost;    /* the submit was sent and no answer came (cancelled,
+                         * timed out, cut): the cluster may have the job, or
+                         * may make it yet */
     int deleted;        /* the worker deleted the job's record */
+    double call_s;      /* the start call's span (its deadline less the time
+                         * it came: the client's call timeout, or the
+                         * caller's nearer deadline): the free's bound;
+                         * 0 = none (the plugin's own bounds) */
 } ray_proc;
 
 #define ray_check(sb, op, error) cl_gone_check(&(sb)->s.gone, (op), RAY_BACKEND, (sb)->s.id, \
@@ -344,14 +357,19 @@ static int ray_job_delete(struct sbx_plugin_client *c, const char *sid,
  * follower stopped, so whatever the follower knew) and, once it is
  * terminal, deletes its record; each step tried again on a failure (a busy
  * cluster's timeout, a dropped connection) until RAY_REAP_S pass. @call
- * (NULL for none: a free): the call the reap is part of, whose deadline
- * (passed already when the follow timed out) bounds it to CL_LOST_LOOK_S
- * past it, so a call with a timeout is not held up to RAY_REAP_S longer by
- * a cluster that is not answering; its cancel is not taken (out of
- * process the deadline fires it). Best effort: what is left then is
- * logged. */
-static void ray_job_reap(struct sbx_plugin_client *c, const char *sid,
-                         const sbx_call_ctx *call)
+ * (NULL for none): the call the reap is part of (or the bound of a free:
+ * ray_exec_free), whose deadline (passed already when the follow timed
+ * out) bounds it to CL_LOST_LOOK_S past it, so a call with a timeout is
+ * not held up to RAY_REAP_S longer by a cluster that is not answering; its
+ * cancel is not taken (out of process the deadline fires it). Best
+ * effort: what is left then is logged. RAY_REAP_GONE when the cluster has
+ * no record of the job (any more), RAY_REAP_NONE when it never had one
+ * (as far as the reap saw: the first look found none), RAY_REAP_LEFT when
+ * the record stays. */
+enum { RAY_REAP_GONE, RAY_REAP_NONE, RAY_REAP_LEFT };
+
+static int ray_job_reap(struct sbx_plugin_client *c, const char *sid,
+                        const sbx_call_ctx *call)
 {
     double now = cl_now();
     sbx_call_ctx ctx = { sizeof(ctx), now + RAY_REAP_S, -1, NULL };
@@ -360,7 +378,7 @@ static void ray_job_reap(struct sbx_plugin_client *c, const char *sid,
         if (late < ctx.deadline)
             ctx.deadline = late;
     }
-    int stopped = 0;
+    int stopped = 0, seen = 0;
     for (double pause = 0.02;; pause = pause < 0.5 ? pause * 2 : pause) {
         if (!stopped)
             stopped = ray_job_stop(c, &ctx, sid, "exec", NULL) == 0;
@@ -370,17 +388,54 @@ static void ray_job_reap(struct sbx_plugin_client *c, const char *sid,
             int term = j && ray_terminal(cl_json_str(j, "status"));
             json_object_put(j);
             if (!j && st == 404)
-                return;     /* no record */
+                return seen ? RAY_REAP_GONE : RAY_REAP_NONE;    /* no record */
+            seen |= j != NULL;
             if (term && ray_job_delete(c, sid, &ctx) == 0)
-                return;
+                return RAY_REAP_GONE;
         }
         if (cl_now() + pause >= ctx.deadline) {
-            CL_LOG(SBX_LOG_INFO, "job %s was not %s in time; its record stays", sid,
+            CL_LOG(SBX_LOG_INFO, "job %s was not %s in time; its record stays on the cluster "
+                   "(metadata sbx_backend=" RAY_BACKEND ")", sid,
                    stopped ? "deleted" : "stopped");
-            return;
+            return RAY_REAP_LEFT;
         }
         cl_sleep(pause, -1);
     }
+}
+
+/* The reaper's look-up (cl_reap_find_fn) of a command's job whose submit
+ * went unanswered (ray_exec_free): job @sid when the cluster has it. */
+static int ray_reap_find(void *ud, const sbx_call_ctx *ctx, const char *sid, char ***ids,
+                         sbx_error **error)
+{
+    long st = 0;
+    json_object *j = ray_job_get(ud, ctx, sid, &st, "exec", error);
+    if (!j)
+        return st == 404 ? 0 : -1;
+    json_object_put(j);
+    char **v = calloc(2, sizeof(*v));
+    if (!v || !(v[0] = strdup(sid))) {
+        free(v);
+        cl_fail(error, SBX_ERROR_RESOURCE_EXHAUSTED, "exec", "out of memory");
+        return -1;
+    }
+    *ids = v;
+    return 0;
+}
+
+/* The reaper's delete (cl_reap_delete_op_fn): stops job @sid and deletes
+ * its record (ray_job_reap, bounded by @ctx); 0 once it is gone. */
+static int ray_reap_delete(struct sbx_plugin_client *c, const sbx_call_ctx *ctx,
+                           const char *sid, const char *op, sbx_error **error)
+{
+    (void)op;
+    if (ray_job_reap(c, sid, ctx) != RAY_REAP_LEFT) {
+        CL_LOG(SBX_LOG_INFO, "exec: stopped job %s, submitted by a process freed before the "
+               "cluster answered its submit, and deleted its record", sid);
+        return 0;
+    }
+    cl_fail(error, SBX_ERROR_TIMEOUT, "exec", "ray: job %s stays on the cluster", sid);
+    return -1;
 }
 
 /* @a joined under the sandbox directory @dir (one slash between). */
@@ -420,11 +475,9 @@ static int ray_tmpfile(void)
 /* A zip (stored) in a temporary file holding the entry "stdin", what @in
  * holds to its end (@in -1: none), and the entry "script", @script (NULL:
  * none): its descriptor (at offset 0) and length, or -1 with *@error. The
- * read of @in ends (cancelled) when @cancel_fd (-1: none) becomes
- * readable: a process freed while its stdin is still open (never closed)
- * is not waited for. */
-static int ray_zip(int in, int cancel_fd, const char *script, int64_t *len, const char *op,
-                   sbx_error **error)
+ * read of @in ends at its end: the library closes a process's stdin before
+ * the plugin's free, so a free does not wait for it. */
+static int ray_zip(int in, const char *script, int64_t *len, const char *op, sbx_error **error)
 {
     int data = ray_tmpfile(), zip = -1;
     char buf[65536];
@@ -433,18 +486,6 @@ static int ray_zip(int in, int cancel_fd, const char *script, int64_t *len, cons
     if (data < 0)
         goto sys;
     for (; in >= 0;) {
-        struct pollfd pfd[2] = { { .fd = in, .events = POLLIN },
-                                 { .fd = cancel_fd, .events = POLLIN } };
-        int pr = poll(pfd, cancel_fd >= 0 ? 2 : 1, -1);
-        if (pr < 0 && errno == EINTR)
-            continue;
-        if (pr < 0)
-            goto sys;
-        if (cancel_fd >= 0 && (pfd[1].revents & (POLLIN | POLLHUP | POLLERR))) {
-            cl_fail(error, SBX_ERROR_CANCELLED, op, "cancelled while reading the command's stdin");
-            close(data);
-            return -1;
-        }
         ssize_t n = read(in, buf, sizeof buf);
         if (n < 0 && errno == EINTR)
             continue;
@@ -533,7 +574,7 @@ static int ray_put_package(struct sbx_plugin_client *c, const sbx_call_ctx *ctx,
                            const char *script, char uri[64], const char *op, sbx_error **error)
 {
     int64_t len = 0;
-    int zip = ray_zip(in, ctx ? ctx->cancel_fd : -1, script, &len, op, error);
+    int zip = ray_zip(in, script, &len, op, error);
     if (zip < 0)
         return -1;
     char hex[33];
@@ -1083,7 +1124,7 @@ static const char *const ray_key_envs[] = { "RAY_AUTH_TOKEN", NULL };
 static const cl_client_spec ray_client_spec = {
     .provider = RAY_BACKEND, .size = sizeof(struct sbx_plugin_client),
     .key_envs = ray_key_envs, .auth_header = "Authorization", .auth_prefix = "Bearer ",
-    .clear = ray_client_clear,
+    .clear = ray_client_clear, .find = ray_reap_find, .del = ray_reap_delete,
 };
 
 static int ray_client_new(const char *config_json, sbx_plugin_client **client, sbx_error **error)
@@ -1795,8 +1836,16 @@ static int ray_exec_run(cl_proc *base)
     }
     if (ray_submit(sb, c, &ctx, &p->run, sb->dir, big ? NULL : script,
                    (const char *const *)p->env, have_pkg ? uri : NULL, p->stdin_fd >= 0, 1,
-                   NULL, op) < 0)
+                   NULL, op) < 0) {
+        /* No answer: the POST may have reached the cluster (the free
+         * looks for the job by its id, ours). */
+        if (cl_last()->http_status == 0) {
+            pthread_mutex_lock(&base->lock);
+            p->submit_lost = 1;
+            pthread_mutex_unlock(&base->lock);
+        }
         goto fail;
+    }
     pthread_mutex_lock(&base->lock);
     p->submitted = 1;
     pthread_mutex_unlock(&base->lock);
@@ -1837,7 +1886,6 @@ static int ray_exec_start(sbx_plugin_sandbox *sb, const sbx_call_ctx *ctx,
                           sbx_error **error)
 {
     const char *op = "exec";
-    (void)ctx;
     if (cl_exec_check(&sb->s, RAY_BACKEND, rq, 0, error) < 0
         || cl_lifetime_check(sb->expires_at, sb->lifetime, sb->s.id, op, error) < 0)
         return -1;
@@ -1848,6 +1896,10 @@ static int ray_exec_start(sbx_plugin_sandbox *sb, const sbx_call_ctx *ctx,
     }
     p->sb = sb;
     p->stdin_fd = -1;
+    if (ctx && ctx->deadline > 0) {
+        double left = ctx->deadline - cl_now();
+        p->call_s = left > 0.001 ? left : 0.001;
+    }
     ray_new_sid(&p->run);
     p->run.out = ray_out;
     p->run.ud = p;
@@ -1905,24 +1957,46 @@ static int ray_exec_kill(sbx_plugin_process *process, const sbx_call_ctx *ctx, i
     return cl_proc_mark_kill(&p->base, p->sb, ray_run_short, ctx, p->run.sid, sig, error);
 }
 
+/* A process freed while it runs has its command killed, its job stopped
+ * and its record deleted, all within the start call's span (p->call_s:
+ * the client's call timeout) when it had one, else the plugin's own
+ * bounds (30 s for the kill, RAY_REAP_S for the reap): a free on a
+ * cluster that stopped answering does not hold the caller much past its
+ * call timeout. A job whose submit went unanswered (the free cancelled the
+ * wait for it) may reach the cluster after the reap looked: the client's
+ * reaper looks for it by its id for RAY_SUBMIT_LOOK_S more. What is left
+ * is logged (info) and stays on the cluster, its metadata naming the
+ * sandbox. */
 static void ray_exec_free(sbx_plugin_process *process)
 {
     ray_proc *p = (ray_proc *)process;
     if (!p)
         return;
+    struct sbx_plugin_client *c = p->sb->c;
+    double now = cl_now();
+    sbx_call_ctx bound = { sizeof(bound), p->call_s > 0 ? now + p->call_s : 0, -1, NULL };
     pthread_mutex_lock(&p->base.lock);
     int running = p->base.started && !p->base.ended;
     pthread_mutex_unlock(&p->base.lock);
     if (running && !cl_gone_get(&p->sb->s.gone)) {
-        sbx_call_ctx c2 = { sizeof(c2), cl_now() + 30, -1, NULL };
+        sbx_call_ctx c2 = { sizeof(c2), now + 30, -1, NULL };
+        if (bound.deadline > 0 && bound.deadline < c2.deadline)
+            c2.deadline = bound.deadline;
         ray_exec_kill(process, &c2, SIGKILL, NULL);
     }
-    pthread_mutex_lock(&p->base.lock);
-    int deleted = p->deleted;
-    pthread_mutex_unlock(&p->base.lock);
     cl_proc_clear(&p->base);
-    if (!deleted && !cl_gone_get(&p->sb->s.gone))
-        ray_job_reap(p->sb->c, p->run.sid, NULL);
+    /* The worker is done: its flags are final. */
+    int deleted = p->deleted, lost = p->submit_lost;
+    if (!deleted && !cl_gone_get(&p->sb->s.gone)) {
+        int r = ray_job_reap(c, p->run.sid, bound.deadline > 0 ? &bound : NULL);
+        if (r == RAY_REAP_NONE && lost && c->cl.reaper)
+            cl_reaper_add(c->cl.reaper, p->run.sid, RAY_SUBMIT_LOOK_S);
+        else if (r == RAY_REAP_LEFT)
+            CL_LOG(SBX_LOG_INFO, "exec: the job %s of a process freed in sandbox %s stays on "
+                   "the cluster (not stopped and deleted within %s%.3g s)", p->run.sid,
+                   p->sb->s.id, bound.deadline > 0 ? "the call timeout, " : "",
+                   bound.deadline > 0 ? p->call_s : RAY_REAP_S);
+    }
     ray_proc_free_fields(p);
     free(p);
 }
