@@ -871,6 +871,28 @@ Test(remote, commands_go_as_executes_own_fields_where_the_server_takes_them)
     tu_assert_error(err, SBX_ERROR_NOT_FOUND, "/no/such/dir", NULL);
     assert_ctx(err, "path", "/no/such/dir");
     sbx_error_free(err);
+    /* A cwd that is a file: invalid_argument naming it, as local and the
+     * script have it; one the upstream backend refuses although it is a
+     * directory (leading out of its root): invalid_argument naming it too,
+     * not the server's bare "Provider operation failed." */
+    m = tu_sh(g_sb, "echo f > \"$SANDBOX_ROOT/f\"", 20);
+    tu_assert_exit(m, 0);
+    sbx_result_free(m);
+    err = NULL;
+    r = run_in(g_sb, "true", "x", "/f", &err);
+    cr_assert_null(r);
+    tu_assert_error(err, SBX_ERROR_INVALID_ARGUMENT,
+                    "the working directory /f is not a directory in the sandbox", NULL);
+    assert_ctx(err, "path", "/f");
+    sbx_error_free(err);
+    err = NULL;
+    r = run_in(g_sb, "true", "x", "/w d/../..", &err);
+    cr_assert_null(r);
+    tu_assert_error(err, SBX_ERROR_INVALID_ARGUMENT,
+                    "the control plane's backend refused the working directory /w d/../.. "
+                    "(invalid_argument)", NULL);
+    assert_ctx(err, "path", "/w d/../..");
+    sbx_error_free(err);
     sbx_sandbox_destroy(g_sb, NULL);
     sbx_sandbox_free(g_sb);
     g_sb = NULL;
@@ -909,6 +931,17 @@ Test(remote, a_server_without_the_fields_gets_the_portable_script)
     cr_assert_null(r);
     tu_assert_error(err, SBX_ERROR_NOT_FOUND, "/no/such/dir", NULL);
     assert_ctx(err, "path", "/no/such/dir");
+    sbx_error_free(err);
+    /* A cwd that is a file: invalid_argument naming it, as on local. */
+    m = tu_sh(g_sb, "echo f > \"$SANDBOX_ROOT/f\"", 20);
+    tu_assert_exit(m, 0);
+    sbx_result_free(m);
+    err = NULL;
+    r = run_in(g_sb, "true", "x", "/f", &err);
+    cr_assert_null(r);
+    tu_assert_error(err, SBX_ERROR_INVALID_ARGUMENT,
+                    "the working directory /f is not a directory in the sandbox", NULL);
+    assert_ctx(err, "path", "/f");
     sbx_error_free(err);
     /* A timeout ends the command through its mark. */
     double t0 = tu_now();

@@ -167,7 +167,8 @@ typedef struct rm_proc {
     char *cwd;          /* the caller's cwd, or NULL */
     struct rm_ctx_list *fail_ctx; /* the failure's context (rm_exec_wait), or NULL */
     int fields;         /* sent as execute's fields, not as a script */
-    int cwd_refused;    /* with fields: the server's not_found for the cwd */
+    sbx_error_code cwd_refused; /* with fields: the upstream backend's refusal of
+                                 * the cwd (not_found, invalid_argument), or 0 */
     char **argv;        /* with fields: the caller's argv, or NULL */
     char *shell;        /* with fields: the caller's shell command, or NULL */
 } rm_proc;
@@ -1655,13 +1656,21 @@ static int rm_exec_run(cl_proc *base)
         }
         if (rm_execute_body(sb, &ctx, b, &x, op, NULL) < 0) {
             /* A cwd the upstream backend could not enter is its not_found
-             * (HTTP 502; a sandbox gone is 404 or destroyed, the gone
-             * flag): answered as the script's cd would be, so that
-             * rm_exec_wait() names the directory. */
+             * (HTTP 502), or its invalid_argument (HTTP 422: a file, or a
+             * path leading out of its root) in the provider's payload
+             * (upstream_op; the body's own fields passed the library's
+             * checks); a sandbox gone is 404 or destroyed, the gone flag.
+             * Answered as the script's cd would be, so that rm_exec_wait()
+             * names the directory. */
             const cl_last_error *l = cl_last();
-            if (!p->cwd || l->code != SBX_ERROR_NOT_FOUND || cl_gone_get(&sb->s.gone))
+            int upstream = 0;
+            for (int i = 0; i < rm_last_ctx.n; i++)
+                upstream |= strcmp(rm_last_ctx.key[i], "upstream_op") == 0;
+            if (!p->cwd || cl_gone_get(&sb->s.gone)
+                || (l->code != SBX_ERROR_NOT_FOUND
+                    && !(l->code == SBX_ERROR_INVALID_ARGUMENT && upstream)))
                 goto fail;
-            p->cwd_refused = 1;
+            p->cwd_refused = l->code;
             x.exit_code = CL_CWD_MISSING_EXIT;
         }
         goto answered;
@@ -1733,7 +1742,9 @@ static void rm_proc_fini(cl_script_proc *sp)
 }
 
 /* exec_wait: the command's end; a missing cwd (the script's cd exited
- * CL_CWD_MISSING_EXIT and "test -d" agrees) is not_found naming it. */
+ * CL_CWD_MISSING_EXIT and the sandbox has nothing there) is not_found
+ * naming it, one that is not a directory invalid_argument naming it, as on
+ * local. */
 static int rm_exec_wait(sbx_plugin_process *process, const sbx_call_ctx *ctx, int timeout_ms,
                         int *exit_code, sbx_error **error)
 {
@@ -1751,21 +1762,27 @@ static int rm_exec_wait(sbx_plugin_process *process, const sbx_call_ctx *ctx, in
     }
     if (rc == 1 && *exit_code == CL_CWD_MISSING_EXIT && p->cwd) {
         char *q = rm_quote_path(p->cwd);
-        char *cmd = q ? cl_printf("test -d %s", q) : NULL;
+        char *cmd = q ? cl_printf("test -d %s && exit 0; test -e %s && exit %d; exit %d", q, q,
+                                  RM_EXIT_NOTDIR, RM_EXIT_MISSING) : NULL;
         int code = 0;
         sbx_call_ctx c2 = { sizeof(c2), cl_now() + 30, -1, NULL };
-        if (cmd && rm_run_short(p->sp.sb, &c2, cmd, &code, "exec", NULL) == 0 && code != 0) {
-            sbx_error *e = cl_fail(error, SBX_ERROR_NOT_FOUND, "exec",
-                                   "the working directory %s does not exist in the sandbox",
-                                   p->cwd);
+        if (cmd && rm_run_short(p->sp.sb, &c2, cmd, &code, "exec", NULL) == 0
+            && (code == RM_EXIT_MISSING || code == RM_EXIT_NOTDIR)) {
+            sbx_error *e = code == RM_EXIT_NOTDIR
+                ? cl_fail(error, SBX_ERROR_INVALID_ARGUMENT, "exec",
+                          "the working directory %s is not a directory in the sandbox", p->cwd)
+                : cl_fail(error, SBX_ERROR_NOT_FOUND, "exec",
+                          "the working directory %s does not exist in the sandbox", p->cwd);
             cl_context(e, "path", p->cwd);
             rc = -1;
         } else if (p->cwd_refused) {
-            /* The server said not_found; the directory is there now, or
-             * could not be looked at: its refusal, naming the cwd. */
-            sbx_error *e = cl_fail(error, SBX_ERROR_NOT_FOUND, "exec",
-                                   "the control plane's backend could not enter the working "
-                                   "directory %s (not_found)", p->cwd);
+            /* The upstream backend refused it; the directory is there now,
+             * or could not be looked at: its refusal, naming the cwd. */
+            sbx_error *e = cl_fail(error, p->cwd_refused, "exec",
+                                   "the control plane's backend refused the working directory "
+                                   "%s (%s)", p->cwd,
+                                   p->cwd_refused == SBX_ERROR_NOT_FOUND ? "not_found"
+                                                                         : "invalid_argument");
             cl_context(e, "path", p->cwd);
             rc = -1;
         }
