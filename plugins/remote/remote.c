@@ -103,6 +103,7 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <math.h>
+#include <poll.h>
 #include <pthread.h>
 #include <signal.h>
 #include <stdio.h>
@@ -171,6 +172,8 @@ typedef struct rm_proc {
                                  * the cwd (not_found, invalid_argument), or 0 */
     char **argv;        /* with fields: the caller's argv, or NULL */
     char *shell;        /* with fields: the caller's shell command, or NULL */
+    int sent;           /* the command's execute is on its way (sp.base.lock) */
+    int killed;         /* exec_kill's signal before that: it never goes */
 } rm_proc;
 
 /* ------------------------------------------------------------------------ */
@@ -1440,6 +1443,30 @@ static char *rm_quote_path(const char *path)
     return s;
 }
 
+/* read() of @fd that gives up when @cancel_fd (-1: none) polls readable:
+ * -1 with errno ECANCELED then (a command's stdin, read before anything is
+ * sent, ends with an exec_kill or a free, not only at its EOF). */
+static ssize_t rm_read_or_cancel(int fd, void *buf, size_t n, int cancel_fd)
+{
+    for (;;) {
+        struct pollfd pf[2] = { { .fd = fd, .events = POLLIN },
+                                { .fd = cancel_fd, .events = POLLIN } };
+        int r = poll(pf, cancel_fd >= 0 ? 2 : 1, -1);
+        if (r < 0 && errno == EINTR)
+            continue;
+        if (r < 0)
+            return -1;
+        if (cancel_fd >= 0 && pf[1].revents) {
+            errno = ECANCELED;
+            return -1;
+        }
+        ssize_t k = read(fd, buf, n);
+        if (k < 0 && (errno == EINTR || errno == EAGAIN))
+            continue;
+        return k;
+    }
+}
+
 /* Writes the bytes of @fd (up to @max, else -2) as the sandbox file @qpath
  * (rm_quote_path()) through execute, RM_WRITE_CHUNK bytes per request, into
  * "@qpath.sbx-TAG" renamed into place at the end with @mode (-1: none
@@ -1467,9 +1494,15 @@ static int rm_put_pre(struct sbx_plugin_sandbox *sb, const sbx_call_ctx *ctx, co
             pre_off += n;
         }
         while (n < RM_WRITE_CHUNK) {
-            ssize_t k = read(fd, buf + n, RM_WRITE_CHUNK - n);
+            ssize_t k = rm_read_or_cancel(fd, buf + n, RM_WRITE_CHUNK - n,
+                                          ctx ? ctx->cancel_fd : -1);
             if (k < 0 && errno == EINTR)
                 continue;
+            if (k < 0 && errno == ECANCELED) {
+                cl_fail(error, SBX_ERROR_CANCELLED, op, "cancelled while reading the data for %s",
+                        shown);
+                goto out;
+            }
             if (k < 0) {
                 cl_context(cl_fail(error, SBX_ERROR_INVALID_ARGUMENT, op,
                                    "cannot read the data for %s: %s", shown, strerror(errno)),
@@ -1602,13 +1635,13 @@ static json_object *rm_fields_body(const rm_proc *p, const cl_buf *in)
 
 /* Reads @fd into @in until its end or more than @max bytes: 1 at the end,
  * 0 with more to come (@in holds the first @max + 1), -1 on a read error
- * (errno). */
-static int rm_read_upto(int fd, cl_buf *in, size_t max)
+ * (errno; ECANCELED once @cancel_fd polls readable). */
+static int rm_read_upto(int fd, cl_buf *in, size_t max, int cancel_fd)
 {
     char chunk[65536];
     while (in->len <= max) {
         size_t want = max + 1 - in->len < sizeof chunk ? max + 1 - in->len : sizeof chunk;
-        ssize_t k = read(fd, chunk, want);
+        ssize_t k = rm_read_or_cancel(fd, chunk, want, cancel_fd);
         if (k < 0 && errno == EINTR)
             continue;
         if (k < 0)
@@ -1621,6 +1654,18 @@ static int rm_read_upto(int fd, cl_buf *in, size_t max)
         }
     }
     return 0;
+}
+
+/* Whether the command of @p may go now: 1 (marked sent, so that an
+ * exec_kill from here on goes through its mark), 0 when an exec_kill came
+ * first (it never runs). */
+static int rm_may_send(rm_proc *p)
+{
+    pthread_mutex_lock(&p->sp.base.lock);
+    int ok = !p->killed;
+    p->sent = ok;
+    pthread_mutex_unlock(&p->sp.base.lock);
+    return ok;
 }
 
 static int rm_exec_run(cl_proc *base)
@@ -1639,7 +1684,9 @@ static int rm_exec_run(cl_proc *base)
         /* Stdin as the execute's stdin_b64 when it ends within
          * RM_FIELDS_STDIN bytes; more goes the script's way, what was read
          * written first. */
-        int r = rm_read_upto(p->sp.stdin_fd, &in, RM_FIELDS_STDIN);
+        int r = rm_read_upto(p->sp.stdin_fd, &in, RM_FIELDS_STDIN, base->stop_fd);
+        if (r < 0 && errno == ECANCELED)
+            goto killed;
         if (r < 0) {
             cl_fail(NULL, errno == ENOMEM ? SBX_ERROR_RESOURCE_EXHAUSTED
                                           : SBX_ERROR_INVALID_ARGUMENT,
@@ -1653,6 +1700,10 @@ static int rm_exec_run(cl_proc *base)
         if (!b) {
             cl_fail(NULL, SBX_ERROR_RESOURCE_EXHAUSTED, op, "out of memory");
             goto fail;
+        }
+        if (!rm_may_send(p)) {
+            json_object_put(b);
+            goto killed;
         }
         if (rm_execute_body(sb, &ctx, b, &x, op, NULL) < 0) {
             /* A cwd the upstream backend could not enter is its not_found
@@ -1691,6 +1742,8 @@ static int rm_exec_run(cl_proc *base)
         in_q = name ? cl_printf("\"${TMPDIR:-/tmp}\"/'.%s.in'", p->sp.tag) : NULL;
         free(name);
         if (!in_q || rm_put_pre(sb, &ctx, in_q, "stdin", &in, p->sp.stdin_fd, -1, op, NULL) < 0) {
+            if (in_q && cl_last()->code == SBX_ERROR_CANCELLED && !rm_may_send(p))
+                goto killed;
             if (!in_q)
                 cl_fail(NULL, SBX_ERROR_RESOURCE_EXHAUSTED, op, "out of memory");
             goto fail;
@@ -1709,6 +1762,8 @@ static int rm_exec_run(cl_proc *base)
         cl_fail(NULL, SBX_ERROR_RESOURCE_EXHAUSTED, op, "out of memory");
         goto fail;
     }
+    if (!rm_may_send(p))
+        goto killed;
     if (rm_execute(sb, &ctx, s.data, &x, op, NULL) < 0)
         goto fail;
 answered:
@@ -1719,6 +1774,13 @@ answered:
         goto out;
     }
     code = x.exit_code;
+    goto out;
+killed:
+    /* exec_kill came before the command went: it never runs, and ends as
+     * that signal would have ended it. */
+    pthread_mutex_lock(&base->lock);
+    code = 128 + (p->killed > 0 && p->killed < 128 ? p->killed : SIGKILL);
+    pthread_mutex_unlock(&base->lock);
     goto out;
 fail:
     cl_proc_fail_in(base, &sb->s);
@@ -1804,10 +1866,18 @@ static int rm_exec_kill(sbx_plugin_process *process, const sbx_call_ctx *ctx, in
 {
     rm_proc *p = (rm_proc *)(void *)process;
     pthread_mutex_lock(&p->sp.base.lock);
-    int ended = p->sp.base.ended;
+    int ended = p->sp.base.ended, unsent = !ended && !p->sent;
+    if (unsent && !p->killed)
+        p->killed = sig;
     pthread_mutex_unlock(&p->sp.base.lock);
     if (ended)
         return 0;
+    if (unsent) {
+        /* Not sent yet (its stdin still being read): it never goes; the
+         * worker stops reading and ends. */
+        cl_proc_stop(&p->sp.base);
+        return 0;
+    }
     char *slow = cl_mark_kill_command(p->sp.tag, sig);
     char *cmd = slow ? cl_printf(
         "if printf 'a\\0' | grep -qzx a 2>/dev/null; then "
