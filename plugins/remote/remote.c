@@ -33,8 +33,9 @@
  *    32 hex digits, made per command. On sbx-server (its records show
  *    "idempotency_key"), a command goes as the execute's own fields: the
  *    argv as "command" and "args" (a shell command with "args" null), the
- *    per-call environment and CL_EXEC_MARK as "env", the cwd as "cwd" (a
- *    not_found answer for it is the missing-cwd error below), its stdin,
+ *    per-call environment and CL_EXEC_MARK as "env", the cwd as "cwd" (the
+ *    upstream backend's not_found or invalid_argument for it is the cwd
+ *    error below, naming it), its stdin,
  *    read to its end first, as "stdin_b64" when it ends within
  *    RM_FIELDS_STDIN bytes (the server's bodies hold 8 MiB at most): one
  *    request, no shell of this plugin around the command. A longer stdin,
@@ -69,7 +70,9 @@
  *    destroyed is success.
  *  - exec_kill: a command of its own that signals every process carrying
  *    the command's mark (provider.h), found with one grep over
- *    /proc/N/environ, so timeouts end the whole tree.
+ *    /proc/N/environ, so timeouts end the whole tree. A command not sent
+ *    yet (its stdin still open, read before it goes) is never sent: it
+ *    ends at once with the signal's code (128 + N).
  *  - files: through execute, byte-exact: data travels base64-encoded in
  *    the script (64 KiB per request, into a temporary file renamed into
  *    place) and back base64-encoded in stdout (4 MiB per request); listing
