@@ -951,6 +951,25 @@ Test(remote, a_server_without_the_fields_gets_the_portable_script)
     cr_assert(sbx_result_is_timed_out(r));
     sbx_result_free(r);
     cr_assert_lt(tu_now() - t0, 10.0);
+    /* A shell command killed through its mark ends with the signal, its
+     * shell included, as on local (no "after" from a shell left running). */
+    sbx_exec_request rq = SBX_EXEC_REQUEST_INIT;
+    rq.shell = "sleep 30; echo after";
+    rq.timeout_secs = 60;
+    sbx_process *p = sbx_sandbox_start_process(g_sb, &rq, &err);
+    cr_assert_not_null(p, "%s", err ? sbx_error_get0_message(err) : "");
+    usleep(500000);
+    t0 = tu_now();
+    cr_assert_eq(sbx_process_kill(p, SIGKILL, &err), 0, "%s",
+                 err ? sbx_error_get0_message(err) : "");
+    int ec = -1;
+    r = NULL;
+    cr_assert_eq(sbx_process_wait(p, 20, &ec, &r, &err), 1);
+    cr_assert_eq(ec, 137);
+    tu_assert_stdout(r, "");
+    cr_assert_lt(tu_now() - t0, 10.0);
+    sbx_result_free(r);
+    sbx_process_free(p);
     sbx_sandbox_destroy(g_sb, NULL);
     sbx_sandbox_free(g_sb);
     g_sb = NULL;

@@ -174,7 +174,7 @@ typedef struct rm_proc {
     sbx_error_code cwd_refused; /* with fields: the upstream backend's refusal of
                                  * the cwd (not_found, invalid_argument), or 0 */
     char **argv;        /* with fields: the caller's argv, or NULL */
-    char *shell;        /* with fields: the caller's shell command, or NULL */
+    char *shell;        /* the caller's shell command, or NULL */
     int sent;           /* the command's execute is on its way (sp.base.lock) */
     int killed;         /* exec_kill's signal before that: it never goes */
 } rm_proc;
@@ -1760,7 +1760,17 @@ static int rm_exec_run(cl_proc *base)
         bad |= !q || cl_buf_printf(&s, "cd -- %s || exit %d\n", q, CL_CWD_MISSING_EXIT) < 0;
         free(q);
     }
-    bad |= cl_buf_append(&s, p->sp.script, strlen(p->sp.script)) < 0;
+    if (p->shell) {
+        /* A shell of its own, exec'd: its environment (/proc/N/environ)
+         * holds the mark, so that exec_kill ends it too, not only its
+         * children (the script's shell exported the mark after it
+         * started). */
+        char *q = cl_shell_quote(p->shell);
+        bad |= !q || cl_buf_printf(&s, "exec /bin/sh -c %s", q) < 0;
+        free(q);
+    } else {
+        bad |= cl_buf_append(&s, p->sp.script, strlen(p->sp.script)) < 0;
+    }
     if (bad) {
         cl_fail(NULL, SBX_ERROR_RESOURCE_EXHAUSTED, op, "out of memory");
         goto fail;
@@ -1913,7 +1923,7 @@ static int rm_exec_start(sbx_plugin_sandbox *sb, const sbx_call_ctx *ctx,
     p->sp.fini = rm_proc_fini;
     p->fields = sb->fields;
     if ((rq->cwd && !(p->cwd = strdup(rq->cwd)))
-        || (p->fields && rq->shell && !(p->shell = strdup(rq->shell)))
+        || (rq->shell && !(p->shell = strdup(rq->shell)))
         || (p->fields && !rq->shell && !(p->argv = cl_strv_dup(rq->argv)))) {
         cl_script_proc_free(&p->sp);
         cl_fail(error, SBX_ERROR_RESOURCE_EXHAUSTED, "exec", "out of memory");
