@@ -51,6 +51,7 @@
 #include <fcntl.h>
 #include <netinet/in.h>
 #include <pthread.h>
+#include <signal.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/socket.h>
@@ -871,6 +872,28 @@ Test(remote, commands_go_as_executes_own_fields_where_the_server_takes_them)
     tu_assert_error(err, SBX_ERROR_NOT_FOUND, "/no/such/dir", NULL);
     assert_ctx(err, "path", "/no/such/dir");
     sbx_error_free(err);
+    /* A cwd that is a file: invalid_argument naming it, as local and the
+     * script have it; one the upstream backend refuses although it is a
+     * directory (leading out of its root): invalid_argument naming it too,
+     * not the server's bare "Provider operation failed." */
+    m = tu_sh(g_sb, "echo f > \"$SANDBOX_ROOT/f\"", 20);
+    tu_assert_exit(m, 0);
+    sbx_result_free(m);
+    err = NULL;
+    r = run_in(g_sb, "true", "x", "/f", &err);
+    cr_assert_null(r);
+    tu_assert_error(err, SBX_ERROR_INVALID_ARGUMENT,
+                    "the working directory /f is not a directory in the sandbox", NULL);
+    assert_ctx(err, "path", "/f");
+    sbx_error_free(err);
+    err = NULL;
+    r = run_in(g_sb, "true", "x", "/w d/../..", &err);
+    cr_assert_null(r);
+    tu_assert_error(err, SBX_ERROR_INVALID_ARGUMENT,
+                    "the control plane's backend refused the working directory /w d/../.. "
+                    "(invalid_argument)", NULL);
+    assert_ctx(err, "path", "/w d/../..");
+    sbx_error_free(err);
     sbx_sandbox_destroy(g_sb, NULL);
     sbx_sandbox_free(g_sb);
     g_sb = NULL;
@@ -910,6 +933,17 @@ Test(remote, a_server_without_the_fields_gets_the_portable_script)
     tu_assert_error(err, SBX_ERROR_NOT_FOUND, "/no/such/dir", NULL);
     assert_ctx(err, "path", "/no/such/dir");
     sbx_error_free(err);
+    /* A cwd that is a file: invalid_argument naming it, as on local. */
+    m = tu_sh(g_sb, "echo f > \"$SANDBOX_ROOT/f\"", 20);
+    tu_assert_exit(m, 0);
+    sbx_result_free(m);
+    err = NULL;
+    r = run_in(g_sb, "true", "x", "/f", &err);
+    cr_assert_null(r);
+    tu_assert_error(err, SBX_ERROR_INVALID_ARGUMENT,
+                    "the working directory /f is not a directory in the sandbox", NULL);
+    assert_ctx(err, "path", "/f");
+    sbx_error_free(err);
     /* A timeout ends the command through its mark. */
     double t0 = tu_now();
     r = tu_sh(g_sb, "sleep 30", 1);
@@ -917,10 +951,90 @@ Test(remote, a_server_without_the_fields_gets_the_portable_script)
     cr_assert(sbx_result_is_timed_out(r));
     sbx_result_free(r);
     cr_assert_lt(tu_now() - t0, 10.0);
+    /* A shell command killed through its mark ends with the signal, its
+     * shell included, as on local (no "after" from a shell left running). */
+    sbx_exec_request rq = SBX_EXEC_REQUEST_INIT;
+    rq.shell = "sleep 30; echo after";
+    rq.timeout_secs = 60;
+    sbx_process *p = sbx_sandbox_start_process(g_sb, &rq, &err);
+    cr_assert_not_null(p, "%s", err ? sbx_error_get0_message(err) : "");
+    usleep(500000);
+    t0 = tu_now();
+    cr_assert_eq(sbx_process_kill(p, SIGKILL, &err), 0, "%s",
+                 err ? sbx_error_get0_message(err) : "");
+    int ec = -1;
+    r = NULL;
+    cr_assert_eq(sbx_process_wait(p, 20, &ec, &r, &err), 1);
+    cr_assert_eq(ec, 137);
+    tu_assert_stdout(r, "");
+    cr_assert_lt(tu_now() - t0, 10.0);
+    sbx_result_free(r);
+    sbx_process_free(p);
     sbx_sandbox_destroy(g_sb, NULL);
     sbx_sandbox_free(g_sb);
     g_sb = NULL;
     sbx_client_free(c);
+}
+
+/* A command started with its stdin open is sent when its stdin ends (its
+ * bytes go whole, in the execute or first into the sandbox): killed or
+ * timed out before that, it ends at once as local's does, and never runs,
+ * through the fields and through the script alike. */
+Test(remote, a_command_ended_before_its_stdin_closed_never_runs)
+{
+    for (int script = 0; script < 2; script++) {
+        proxy *px = proxy_start("POST /v1/sandboxes/", 0, NULL, NULL);
+        if (script) {
+            px->ans_from = "\"idempotency_key\"";
+            px->ans_to = "\"idempotency_kex\"";
+        }
+        sbx_client *c = client_via(px);
+        g_sb = tu_create(c, NULL);
+        const char *argv[] = { "sh", "-c", "cat >/dev/null; echo ran >> \"$SANDBOX_ROOT/ran\"",
+                               NULL };
+        sbx_exec_request rq = SBX_EXEC_REQUEST_INIT;
+        rq.argv = argv;
+        rq.flags = SBX_EXEC_STDIN_OPEN;
+        rq.timeout_secs = 60;
+        sbx_error *err = NULL;
+        sbx_process *p = sbx_sandbox_start_process(g_sb, &rq, &err);
+        cr_assert_not_null(p, "%s", err ? sbx_error_get0_message(err) : "");
+        cr_assert_eq(sbx_process_write_stdin(p, "a\n", 2, &err), 0);
+        double t0 = tu_now();
+        cr_assert_eq(sbx_process_kill(p, SIGKILL, &err), 0, "%s",
+                     err ? sbx_error_get0_message(err) : "");
+        int ec = -1;
+        cr_assert_eq(sbx_process_wait(p, 10, &ec, NULL, &err), 1, "script %d: still waiting",
+                     script);
+        cr_assert_eq(ec, 137);
+        cr_assert_lt(tu_now() - t0, 5.0);
+        cr_assert_eq(sbx_process_close_stdin(p, &err), 0);
+        cr_assert_eq(sbx_process_wait(p, 1, &ec, NULL, &err), 1);
+        cr_assert_eq(ec, 137);
+        sbx_process_free(p);
+        /* Timed out with its stdin never closed: 124 at its timeout. */
+        rq.timeout_secs = 1;
+        p = sbx_sandbox_start_process(g_sb, &rq, &err);
+        cr_assert_not_null(p, "%s", err ? sbx_error_get0_message(err) : "");
+        t0 = tu_now();
+        sbx_result *r = NULL;
+        cr_assert_eq(sbx_process_wait(p, 15, &ec, &r, &err), 1, "script %d: no timeout",
+                     script);
+        cr_assert_eq(ec, 124);
+        cr_assert(sbx_result_is_timed_out(r));
+        cr_assert_lt(tu_now() - t0, 8.0);
+        sbx_result_free(r);
+        sbx_process_free(p);
+        usleep(500000);
+        r = tu_sh(g_sb, "test -e \"$SANDBOX_ROOT/ran\"; echo $?", 20);
+        tu_assert_exit(r, 0);
+        tu_assert_stdout(r, "1\n");
+        sbx_result_free(r);
+        sbx_sandbox_destroy(g_sb, NULL);
+        sbx_sandbox_free(g_sb);
+        g_sb = NULL;
+        sbx_client_free(c);
+    }
 }
 
 /* ---------------------------------------------------------- retries */

@@ -33,8 +33,9 @@
  *    32 hex digits, made per command. On sbx-server (its records show
  *    "idempotency_key"), a command goes as the execute's own fields: the
  *    argv as "command" and "args" (a shell command with "args" null), the
- *    per-call environment and CL_EXEC_MARK as "env", the cwd as "cwd" (a
- *    not_found answer for it is the missing-cwd error below), its stdin,
+ *    per-call environment and CL_EXEC_MARK as "env", the cwd as "cwd" (the
+ *    upstream backend's not_found or invalid_argument for it is the cwd
+ *    error below, naming it), its stdin,
  *    read to its end first, as "stdin_b64" when it ends within
  *    RM_FIELDS_STDIN bytes (the server's bodies hold 8 MiB at most): one
  *    request, no shell of this plugin around the command. A longer stdin,
@@ -69,7 +70,9 @@
  *    destroyed is success.
  *  - exec_kill: a command of its own that signals every process carrying
  *    the command's mark (provider.h), found with one grep over
- *    /proc/N/environ, so timeouts end the whole tree.
+ *    /proc/N/environ, so timeouts end the whole tree. A command not sent
+ *    yet (its stdin still open, read before it goes) is never sent: it
+ *    ends at once with the signal's code (128 + N).
  *  - files: through execute, byte-exact: data travels base64-encoded in
  *    the script (64 KiB per request, into a temporary file renamed into
  *    place) and back base64-encoded in stdout (4 MiB per request); listing
@@ -103,6 +106,7 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <math.h>
+#include <poll.h>
 #include <pthread.h>
 #include <signal.h>
 #include <stdio.h>
@@ -167,9 +171,12 @@ typedef struct rm_proc {
     char *cwd;          /* the caller's cwd, or NULL */
     struct rm_ctx_list *fail_ctx; /* the failure's context (rm_exec_wait), or NULL */
     int fields;         /* sent as execute's fields, not as a script */
-    int cwd_refused;    /* with fields: the server's not_found for the cwd */
+    sbx_error_code cwd_refused; /* with fields: the upstream backend's refusal of
+                                 * the cwd (not_found, invalid_argument), or 0 */
     char **argv;        /* with fields: the caller's argv, or NULL */
-    char *shell;        /* with fields: the caller's shell command, or NULL */
+    char *shell;        /* the caller's shell command, or NULL */
+    int sent;           /* the command's execute is on its way (sp.base.lock) */
+    int killed;         /* exec_kill's signal before that: it never goes */
 } rm_proc;
 
 /* ------------------------------------------------------------------------ */
@@ -1439,6 +1446,30 @@ static char *rm_quote_path(const char *path)
     return s;
 }
 
+/* read() of @fd that gives up when @cancel_fd (-1: none) polls readable:
+ * -1 with errno ECANCELED then (a command's stdin, read before anything is
+ * sent, ends with an exec_kill or a free, not only at its EOF). */
+static ssize_t rm_read_or_cancel(int fd, void *buf, size_t n, int cancel_fd)
+{
+    for (;;) {
+        struct pollfd pf[2] = { { .fd = fd, .events = POLLIN },
+                                { .fd = cancel_fd, .events = POLLIN } };
+        int r = poll(pf, cancel_fd >= 0 ? 2 : 1, -1);
+        if (r < 0 && errno == EINTR)
+            continue;
+        if (r < 0)
+            return -1;
+        if (cancel_fd >= 0 && pf[1].revents) {
+            errno = ECANCELED;
+            return -1;
+        }
+        ssize_t k = read(fd, buf, n);
+        if (k < 0 && (errno == EINTR || errno == EAGAIN))
+            continue;
+        return k;
+    }
+}
+
 /* Writes the bytes of @fd (up to @max, else -2) as the sandbox file @qpath
  * (rm_quote_path()) through execute, RM_WRITE_CHUNK bytes per request, into
  * "@qpath.sbx-TAG" renamed into place at the end with @mode (-1: none
@@ -1466,9 +1497,15 @@ static int rm_put_pre(struct sbx_plugin_sandbox *sb, const sbx_call_ctx *ctx, co
             pre_off += n;
         }
         while (n < RM_WRITE_CHUNK) {
-            ssize_t k = read(fd, buf + n, RM_WRITE_CHUNK - n);
+            ssize_t k = rm_read_or_cancel(fd, buf + n, RM_WRITE_CHUNK - n,
+                                          ctx ? ctx->cancel_fd : -1);
             if (k < 0 && errno == EINTR)
                 continue;
+            if (k < 0 && errno == ECANCELED) {
+                cl_fail(error, SBX_ERROR_CANCELLED, op, "cancelled while reading the data for %s",
+                        shown);
+                goto out;
+            }
             if (k < 0) {
                 cl_context(cl_fail(error, SBX_ERROR_INVALID_ARGUMENT, op,
                                    "cannot read the data for %s: %s", shown, strerror(errno)),
@@ -1601,13 +1638,13 @@ static json_object *rm_fields_body(const rm_proc *p, const cl_buf *in)
 
 /* Reads @fd into @in until its end or more than @max bytes: 1 at the end,
  * 0 with more to come (@in holds the first @max + 1), -1 on a read error
- * (errno). */
-static int rm_read_upto(int fd, cl_buf *in, size_t max)
+ * (errno; ECANCELED once @cancel_fd polls readable). */
+static int rm_read_upto(int fd, cl_buf *in, size_t max, int cancel_fd)
 {
     char chunk[65536];
     while (in->len <= max) {
         size_t want = max + 1 - in->len < sizeof chunk ? max + 1 - in->len : sizeof chunk;
-        ssize_t k = read(fd, chunk, want);
+        ssize_t k = rm_read_or_cancel(fd, chunk, want, cancel_fd);
         if (k < 0 && errno == EINTR)
             continue;
         if (k < 0)
@@ -1620,6 +1657,18 @@ static int rm_read_upto(int fd, cl_buf *in, size_t max)
         }
     }
     return 0;
+}
+
+/* Whether the command of @p may go now: 1 (marked sent, so that an
+ * exec_kill from here on goes through its mark), 0 when an exec_kill came
+ * first (it never runs). */
+static int rm_may_send(rm_proc *p)
+{
+    pthread_mutex_lock(&p->sp.base.lock);
+    int ok = !p->killed;
+    p->sent = ok;
+    pthread_mutex_unlock(&p->sp.base.lock);
+    return ok;
 }
 
 static int rm_exec_run(cl_proc *base)
@@ -1638,7 +1687,9 @@ static int rm_exec_run(cl_proc *base)
         /* Stdin as the execute's stdin_b64 when it ends within
          * RM_FIELDS_STDIN bytes; more goes the script's way, what was read
          * written first. */
-        int r = rm_read_upto(p->sp.stdin_fd, &in, RM_FIELDS_STDIN);
+        int r = rm_read_upto(p->sp.stdin_fd, &in, RM_FIELDS_STDIN, base->stop_fd);
+        if (r < 0 && errno == ECANCELED)
+            goto killed;
         if (r < 0) {
             cl_fail(NULL, errno == ENOMEM ? SBX_ERROR_RESOURCE_EXHAUSTED
                                           : SBX_ERROR_INVALID_ARGUMENT,
@@ -1653,15 +1704,27 @@ static int rm_exec_run(cl_proc *base)
             cl_fail(NULL, SBX_ERROR_RESOURCE_EXHAUSTED, op, "out of memory");
             goto fail;
         }
+        if (!rm_may_send(p)) {
+            json_object_put(b);
+            goto killed;
+        }
         if (rm_execute_body(sb, &ctx, b, &x, op, NULL) < 0) {
             /* A cwd the upstream backend could not enter is its not_found
-             * (HTTP 502; a sandbox gone is 404 or destroyed, the gone
-             * flag): answered as the script's cd would be, so that
-             * rm_exec_wait() names the directory. */
+             * (HTTP 502), or its invalid_argument (HTTP 422: a file, or a
+             * path leading out of its root) in the provider's payload
+             * (upstream_op; the body's own fields passed the library's
+             * checks); a sandbox gone is 404 or destroyed, the gone flag.
+             * Answered as the script's cd would be, so that rm_exec_wait()
+             * names the directory. */
             const cl_last_error *l = cl_last();
-            if (!p->cwd || l->code != SBX_ERROR_NOT_FOUND || cl_gone_get(&sb->s.gone))
+            int upstream = 0;
+            for (int i = 0; i < rm_last_ctx.n; i++)
+                upstream |= strcmp(rm_last_ctx.key[i], "upstream_op") == 0;
+            if (!p->cwd || cl_gone_get(&sb->s.gone)
+                || (l->code != SBX_ERROR_NOT_FOUND
+                    && !(l->code == SBX_ERROR_INVALID_ARGUMENT && upstream)))
                 goto fail;
-            p->cwd_refused = 1;
+            p->cwd_refused = l->code;
             x.exit_code = CL_CWD_MISSING_EXIT;
         }
         goto answered;
@@ -1682,6 +1745,8 @@ static int rm_exec_run(cl_proc *base)
         in_q = name ? cl_printf("\"${TMPDIR:-/tmp}\"/'.%s.in'", p->sp.tag) : NULL;
         free(name);
         if (!in_q || rm_put_pre(sb, &ctx, in_q, "stdin", &in, p->sp.stdin_fd, -1, op, NULL) < 0) {
+            if (in_q && cl_last()->code == SBX_ERROR_CANCELLED && !rm_may_send(p))
+                goto killed;
             if (!in_q)
                 cl_fail(NULL, SBX_ERROR_RESOURCE_EXHAUSTED, op, "out of memory");
             goto fail;
@@ -1695,11 +1760,23 @@ static int rm_exec_run(cl_proc *base)
         bad |= !q || cl_buf_printf(&s, "cd -- %s || exit %d\n", q, CL_CWD_MISSING_EXIT) < 0;
         free(q);
     }
-    bad |= cl_buf_append(&s, p->sp.script, strlen(p->sp.script)) < 0;
+    if (p->shell) {
+        /* A shell of its own, exec'd: its environment (/proc/N/environ)
+         * holds the mark, so that exec_kill ends it too, not only its
+         * children (the script's shell exported the mark after it
+         * started). */
+        char *q = cl_shell_quote(p->shell);
+        bad |= !q || cl_buf_printf(&s, "exec /bin/sh -c %s", q) < 0;
+        free(q);
+    } else {
+        bad |= cl_buf_append(&s, p->sp.script, strlen(p->sp.script)) < 0;
+    }
     if (bad) {
         cl_fail(NULL, SBX_ERROR_RESOURCE_EXHAUSTED, op, "out of memory");
         goto fail;
     }
+    if (!rm_may_send(p))
+        goto killed;
     if (rm_execute(sb, &ctx, s.data, &x, op, NULL) < 0)
         goto fail;
 answered:
@@ -1710,6 +1787,13 @@ answered:
         goto out;
     }
     code = x.exit_code;
+    goto out;
+killed:
+    /* exec_kill came before the command went: it never runs, and ends as
+     * that signal would have ended it. */
+    pthread_mutex_lock(&base->lock);
+    code = 128 + (p->killed > 0 && p->killed < 128 ? p->killed : SIGKILL);
+    pthread_mutex_unlock(&base->lock);
     goto out;
 fail:
     cl_proc_fail_in(base, &sb->s);
@@ -1733,7 +1817,9 @@ static void rm_proc_fini(cl_script_proc *sp)
 }
 
 /* exec_wait: the command's end; a missing cwd (the script's cd exited
- * CL_CWD_MISSING_EXIT and "test -d" agrees) is not_found naming it. */
+ * CL_CWD_MISSING_EXIT and the sandbox has nothing there) is not_found
+ * naming it, one that is not a directory invalid_argument naming it, as on
+ * local. */
 static int rm_exec_wait(sbx_plugin_process *process, const sbx_call_ctx *ctx, int timeout_ms,
                         int *exit_code, sbx_error **error)
 {
@@ -1751,21 +1837,27 @@ static int rm_exec_wait(sbx_plugin_process *process, const sbx_call_ctx *ctx, in
     }
     if (rc == 1 && *exit_code == CL_CWD_MISSING_EXIT && p->cwd) {
         char *q = rm_quote_path(p->cwd);
-        char *cmd = q ? cl_printf("test -d %s", q) : NULL;
+        char *cmd = q ? cl_printf("test -d %s && exit 0; test -e %s && exit %d; exit %d", q, q,
+                                  RM_EXIT_NOTDIR, RM_EXIT_MISSING) : NULL;
         int code = 0;
         sbx_call_ctx c2 = { sizeof(c2), cl_now() + 30, -1, NULL };
-        if (cmd && rm_run_short(p->sp.sb, &c2, cmd, &code, "exec", NULL) == 0 && code != 0) {
-            sbx_error *e = cl_fail(error, SBX_ERROR_NOT_FOUND, "exec",
-                                   "the working directory %s does not exist in the sandbox",
-                                   p->cwd);
+        if (cmd && rm_run_short(p->sp.sb, &c2, cmd, &code, "exec", NULL) == 0
+            && (code == RM_EXIT_MISSING || code == RM_EXIT_NOTDIR)) {
+            sbx_error *e = code == RM_EXIT_NOTDIR
+                ? cl_fail(error, SBX_ERROR_INVALID_ARGUMENT, "exec",
+                          "the working directory %s is not a directory in the sandbox", p->cwd)
+                : cl_fail(error, SBX_ERROR_NOT_FOUND, "exec",
+                          "the working directory %s does not exist in the sandbox", p->cwd);
             cl_context(e, "path", p->cwd);
             rc = -1;
         } else if (p->cwd_refused) {
-            /* The server said not_found; the directory is there now, or
-             * could not be looked at: its refusal, naming the cwd. */
-            sbx_error *e = cl_fail(error, SBX_ERROR_NOT_FOUND, "exec",
-                                   "the control plane's backend could not enter the working "
-                                   "directory %s (not_found)", p->cwd);
+            /* The upstream backend refused it; the directory is there now,
+             * or could not be looked at: its refusal, naming the cwd. */
+            sbx_error *e = cl_fail(error, p->cwd_refused, "exec",
+                                   "the control plane's backend refused the working directory "
+                                   "%s (%s)", p->cwd,
+                                   p->cwd_refused == SBX_ERROR_NOT_FOUND ? "not_found"
+                                                                         : "invalid_argument");
             cl_context(e, "path", p->cwd);
             rc = -1;
         }
@@ -1787,10 +1879,18 @@ static int rm_exec_kill(sbx_plugin_process *process, const sbx_call_ctx *ctx, in
 {
     rm_proc *p = (rm_proc *)(void *)process;
     pthread_mutex_lock(&p->sp.base.lock);
-    int ended = p->sp.base.ended;
+    int ended = p->sp.base.ended, unsent = !ended && !p->sent;
+    if (unsent && !p->killed)
+        p->killed = sig;
     pthread_mutex_unlock(&p->sp.base.lock);
     if (ended)
         return 0;
+    if (unsent) {
+        /* Not sent yet (its stdin still being read): it never goes; the
+         * worker stops reading and ends. */
+        cl_proc_stop(&p->sp.base);
+        return 0;
+    }
     char *slow = cl_mark_kill_command(p->sp.tag, sig);
     char *cmd = slow ? cl_printf(
         "if printf 'a\\0' | grep -qzx a 2>/dev/null; then "
@@ -1823,7 +1923,7 @@ static int rm_exec_start(sbx_plugin_sandbox *sb, const sbx_call_ctx *ctx,
     p->sp.fini = rm_proc_fini;
     p->fields = sb->fields;
     if ((rq->cwd && !(p->cwd = strdup(rq->cwd)))
-        || (p->fields && rq->shell && !(p->shell = strdup(rq->shell)))
+        || (rq->shell && !(p->shell = strdup(rq->shell)))
         || (p->fields && !rq->shell && !(p->argv = cl_strv_dup(rq->argv)))) {
         cl_script_proc_free(&p->sp);
         cl_fail(error, SBX_ERROR_RESOURCE_EXHAUSTED, "exec", "out of memory");
