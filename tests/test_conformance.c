@@ -1689,11 +1689,17 @@ Test(exec, background_child_does_not_hold_the_exec)
 /* A process freed while its stdin is open (never closed), its command
  * reading it, is not waited for: the free returns at once, even where the
  * backend takes stdin whole before the command starts (a file it uploads),
- * and the sandbox serves the next command. */
+ * and the sandbox serves the next command. The free kills the command
+ * (where it started at all): no process carrying the command's marker is
+ * left in the sandbox 5 s later, as the sandbox's own /proc shows. */
 Test(exec, a_process_freed_with_its_stdin_open_is_not_waited_for)
 {
+    char *mark = tu_strdup_printf("SBX_TEST_MARK=stdin-open-%d-%ld", (int)getpid(),
+                                  (long)time(NULL));
+    const char *env[] = { mark, NULL };
     sbx_exec_request req = SBX_EXEC_REQUEST_INIT;
     req.shell = "cat; sleep 30";
+    req.env = env;
     req.flags = SBX_EXEC_STDIN_OPEN;
     sbx_error *err = NULL;
     sbx_process *p = sbx_sandbox_start_process(g_sb, &req, &err);
@@ -1706,6 +1712,7 @@ Test(exec, a_process_freed_with_its_stdin_open_is_not_waited_for)
     double took = tu_now() - t0;
     cr_assert_lt(took, 10.0, "the free took %.2f s", took);
     req.shell = "cat";
+    req.env = NULL;
     req.flags = 0;
     req.stdin_data = "after";
     req.stdin_len = 5;
@@ -1713,6 +1720,18 @@ Test(exec, a_process_freed_with_its_stdin_open_is_not_waited_for)
     tu_assert_exit(r, 0);
     tu_assert_stdout(r, "after");
     sbx_result_free(r);
+    /* The marked processes of the sandbox, counted every 0.1 s until none
+     * is left (5 s at most). */
+    char *count = tu_strdup_printf(
+        "for t in $(seq 1 50); do n=0; for d in /proc/[0-9]*; do "
+        "tr '\\0' '\\n' < $d/environ 2>/dev/null | grep -qx '%s' && n=$((n+1)); done; "
+        "[ $n -eq 0 ] && break; sleep 0.1; done; echo $n", mark);
+    r = tu_sh(g_sb, count, 20);
+    free(count);
+    tu_assert_exit(r, 0);
+    tu_assert_stdout(r, "0\n");
+    sbx_result_free(r);
+    free(mark);
 }
 
 /* "1\n2\n...N\n" as written by `seq 1 N`. */

@@ -1733,10 +1733,25 @@ void cl_script_exec_free(sbx_plugin_process *process)
     cl_script_proc *p = (cl_script_proc *)(void *)process;
     if (!p)
         return;
-    sbx_call_ctx c2 = { sizeof(c2), cl_now() + 30, -1, NULL };
-    if (!cl_gone_get(&((cl_sandbox *)(void *)p->sb)->gone))
-        cl_script_exec_kill(process, &c2, SIGKILL, NULL);
+    pthread_mutex_lock(&p->base.lock);
+    int seen_end = p->base.ended && p->base.exit_code >= 0;
+    pthread_mutex_unlock(&p->base.lock);
+    /* The worker is stopped and joined before the kill: a worker still
+     * taking the command's stdin (read to its end for the file it uploads,
+     * which ends as the host closes it before this free) would otherwise
+     * start the command after the kill had looked for its processes, and
+     * the command would run on. Once joined, nothing starts it any more;
+     * the kill then reaches whatever of it runs. A command whose end the
+     * worker saw is left alone (its background processes live on). */
     cl_proc_clear(&p->base);
+    if (!seen_end && !cl_gone_get(&((cl_sandbox *)(void *)p->sb)->gone)) {
+        sbx_call_ctx c2 = { sizeof(c2), cl_now() + 30, -1, NULL };
+        char *cmd = cl_mark_kill_command(p->tag, SIGKILL);
+        int code = 0;
+        if (cmd)
+            p->run_short(p->sb, &c2, cmd, &code, "exec_kill", NULL);
+        free(cmd);
+    }
     cl_script_proc_free(p);
 }
 
