@@ -1185,6 +1185,27 @@ Test(exec, command_not_found_is_127)
     sbx_result_free(r);
 }
 
+/* An argv whose first word starts with '-' names a program like any other
+ * (no option of a shell's exec): none by that name is 127 with "not
+ * found", the words after it untouched. */
+Test(exec, argv_first_word_with_a_dash_is_a_program_name)
+{
+    const char *dash_x[] = {"-x", NULL};
+    const char *dash_help[] = {"--help", "arg", NULL};
+    const char *const *argvs[] = {dash_x, dash_help};
+    for (size_t i = 0; i < 2; i++) {
+        sbx_exec_request req = SBX_EXEC_REQUEST_INIT;
+        req.argv = argvs[i];
+        sbx_result *r = tu_exec(g_sb, &req);
+        tu_assert_exit(r, 127);
+        tu_assert_stdout(r, "");
+        const char *err = sbx_result_get0_stderr(r, NULL);
+        cr_assert(strstr(err, "not found") != NULL && strstr(err, argvs[i][0]) != NULL,
+                  "%s: stderr \"%s\"", argvs[i][0], err);
+        sbx_result_free(r);
+    }
+}
+
 Test(exec, not_executable_is_126)
 {
     sbx_result *r = tu_sh(g_sb,
