@@ -158,6 +158,19 @@ Test(provider, script_of_an_argv)
     free(s);
 }
 
+/* A path starting with '-' gets "./" before it; any other is quoted as
+ * it is. */
+Test(provider, quoted_paths)
+{
+    const char *in[] = {"-f", "--x y", "/abs/-f", "rel/-f", "it's"};
+    const char *out[] = {"'./-f'", "'./--x y'", "'/abs/-f'", "'rel/-f'", "'it'\\''s'"};
+    for (size_t i = 0; i < 5; i++) {
+        char *q = cl_shell_quote_path(in[i]);
+        cr_assert_str_eq(q, out[i]);
+        free(q);
+    }
+}
+
 Test(provider, fd_sink_and_source)
 {
     int fds[2];

@@ -2411,3 +2411,70 @@ Test(names, file_names_are_bytes_in_a_utf8_locale)
 {
     names_round_trip("C.UTF-8");
 }
+
+/*
+ * A relative path whose first name starts with '-' is a path, never an
+ * option of a command that moves or inspects it: a file "-f" goes in
+ * (upload_file) and out (read_file, download_file), a file "-d/-f" is
+ * written and listed, and a directory "-u" goes in and out whole.
+ */
+Test(names, paths_starting_with_a_dash_are_paths)
+{
+    sbx_error *err = NULL;
+    char *up = tu_strdup_printf("%s/up-dash", g_tmp);
+    char *down = tu_strdup_printf("%s/down-dash", g_tmp);
+    char *host_f = tu_strdup_printf("%s/host-f", g_tmp);
+    char *back_f = tu_strdup_printf("%s/back-f", g_tmp);
+    cr_assert_eq(mkdir(up, 0755), 0);
+    tu_write_file(host_f, "dash\n", 5, 0755);
+    cr_assert_eq(sbx_sandbox_upload_file(g_sb, host_f, "-f", &err), 0, "upload_file -f: %s",
+                 err ? sbx_error_get0_message(err) : "");
+    char *data = NULL;
+    size_t len = 0;
+    cr_assert_eq(sbx_sandbox_read_file(g_sb, "-f", &data, &len, &err), 0, "read_file -f: %s",
+                 err ? sbx_error_get0_message(err) : "");
+    cr_assert_eq(len, 5);
+    cr_assert_eq(memcmp(data, "dash\n", 5), 0);
+    free(data);
+    sbx_result *r = tu_sh(g_sb, "cat ./-f", 20);
+    tu_assert_exit(r, 0);
+    tu_assert_stdout(r, "dash\n");
+    sbx_result_free(r);
+    cr_assert_eq(sbx_sandbox_download_file(g_sb, "-f", back_f, &err), 0,
+                 "download_file -f: %s", err ? sbx_error_get0_message(err) : "");
+    char *text = host_text(back_f);
+    cr_assert_not_null(text);
+    cr_assert_str_eq(text, "dash\n");
+    free(text);
+
+    cr_assert_eq(sbx_sandbox_write_file(g_sb, "-d/-f", "in dir\n", 7, &err), 0,
+                 "write_file -d/-f: %s", err ? sbx_error_get0_message(err) : "");
+    sbx_file_info **list = NULL;
+    size_t count = 0;
+    cr_assert_eq(sbx_sandbox_list_files(g_sb, "-d", &list, &count, &err), 0,
+                 "list_files -d: %s", err ? sbx_error_get0_message(err) : "");
+    cr_assert_eq(count, 1);
+    cr_assert_str_eq(sbx_file_info_get0_name(list[0]), "-f");
+    cr_assert_eq(sbx_file_info_is_dir(list[0]), 0);
+    cr_assert_eq(sbx_file_info_get_size(list[0]), 7);
+    sbx_file_info_list_free(list, count);
+
+    char *in_up = tu_strdup_printf("%s/-g", up);
+    tu_write_file(in_up, "up\n", 3, 0644);
+    free(in_up);
+    cr_assert_eq(sbx_sandbox_upload_dir(g_sb, up, "-u", &err), 1, "upload_dir -u: %s",
+                 err ? sbx_error_get0_message(err) : "");
+    cr_assert_eq(sbx_sandbox_download_dir(g_sb, "-u", down, &err), 1, "download_dir -u: %s",
+                 err ? sbx_error_get0_message(err) : "");
+    char *got = tu_strdup_printf("%s/-g", down);
+    text = host_text(got);
+    cr_assert_not_null(text, "download_dir made no %s", got);
+    cr_assert_str_eq(text, "up\n");
+    free(text);
+    free(got);
+    cr_assert_eq(tu_count_entries(down), 1);
+    free(up);
+    free(down);
+    free(host_f);
+    free(back_f);
+}

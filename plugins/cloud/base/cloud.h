@@ -229,6 +229,10 @@ int cl_text_check(const sbx_plugin_exec_request *rq, const char *path, const cha
 
 /** @s quoted for a POSIX shell ('…', with ' as '\''): a new string. */
 char *cl_shell_quote(const char *s);
+/** Path @path quoted as cl_shell_quote() does, with "./" before it when it
+ *  starts with '-', so that no command (find, which takes no "--", among
+ *  them) reads it as an option: a new string, NULL on no memory. */
+char *cl_shell_quote_path(const char *path);
 /**
  * The shell script that runs an exec request's command: argv (each word
  * quoted, after "exec", or alone when the first word starts with '-', which

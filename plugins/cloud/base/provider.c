@@ -248,7 +248,7 @@ int cl_token_ids_match(cl_token_ids *t, const char *item_token, const char *id)
 
 char *cl_list_command(const char *dir)
 {
-    char *q = cl_shell_quote(dir);
+    char *q = cl_shell_quote_path(dir);
     char *cmd = q ? cl_printf("test -d %s || exit 3; find %s -mindepth 1 -maxdepth 1 "
                               "-printf '%%y %%s %%f\\n'", q, q) : NULL;
     free(q);

@@ -485,6 +485,21 @@ char *cl_shell_quote(const char *s)
     return cl_buf_take(&b, cl_buf_append(&b, "'", 1) < 0);
 }
 
+char *cl_shell_quote_path(const char *path)
+{
+    if (path[0] != '-')
+        return cl_shell_quote(path);
+    size_t n = strlen(path);
+    char *dotted = malloc(n + 3);
+    if (!dotted)
+        return NULL;
+    memcpy(dotted, "./", 2);
+    memcpy(dotted + 2, path, n + 1);
+    char *q = cl_shell_quote(dotted);
+    free(dotted);
+    return q;
+}
+
 char *cl_shell_script(const char *const *argv, const char *shell, const char *cwd)
 {
     cl_buf b = { 0 };
