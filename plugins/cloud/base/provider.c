@@ -1734,17 +1734,19 @@ void cl_script_exec_free(sbx_plugin_process *process)
     if (!p)
         return;
     pthread_mutex_lock(&p->base.lock);
-    int seen_end = p->base.ended && p->base.exit_code >= 0;
+    int ended = p->base.ended;
     pthread_mutex_unlock(&p->base.lock);
     /* The worker is stopped and joined before the kill: a worker still
      * taking the command's stdin (read to its end for the file it uploads,
      * which ends as the host closes it before this free) would otherwise
      * start the command after the kill had looked for its processes, and
      * the command would run on. Once joined, nothing starts it any more;
-     * the kill then reaches whatever of it runs. A command whose end the
-     * worker saw is left alone (its background processes live on). */
+     * the kill then reaches whatever of it runs. A worker that had ended
+     * before the free (the command's end seen: its background processes
+     * live on; or a failure, such as a sandbox stopped, which a kill would
+     * only start again) is followed by no kill, as before. */
     cl_proc_clear(&p->base);
-    if (!seen_end && !cl_gone_get(&((cl_sandbox *)(void *)p->sb)->gone)) {
+    if (!ended && !cl_gone_get(&((cl_sandbox *)(void *)p->sb)->gone)) {
         sbx_call_ctx c2 = { sizeof(c2), cl_now() + 30, -1, NULL };
         char *cmd = cl_mark_kill_command(p->tag, SIGKILL);
         int code = 0;
