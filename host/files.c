@@ -9,9 +9,9 @@
  *
  *   list       find PATH -mindepth 1 -maxdepth 1 -printf '%y %s %m %f\0'
  *   read       cat -- PATH, its stdout straight to the caller's descriptor
- *   write      mkdir -p -- DIR && cat > PATH && chmod MODE PATH, stdin
+ *   write      mkdir -p -- DIR && cat > PATH && chmod -- MODE PATH, stdin
  *              straight from the caller's descriptor
- *   mode       stat -L -c %a PATH (for download_file)
+ *   mode       stat -L -c %a -- PATH (for download_file)
  *   dirs       tar -xpf - / tar -cf - . in the directory
  *
  * Every path reaches the command as an argument ("$1"), never spliced into
@@ -328,9 +328,9 @@ static const char read_script[] =
     "p=$1; [ -e \"$p\" ] || exit 3; [ -d \"$p\" ] && exit 4; exec cat -- \"$p\"";
 static const char write_script[] =
     "p=$1; [ -d \"$p\" ] && exit 4; d=$(dirname -- \"$p\") && mkdir -p -- \"$d\" && "
-    "cat > \"$p\" && chmod \"$2\" \"$p\"";
+    "cat > \"$p\" && chmod -- \"$2\" \"$p\"";
 static const char mode_script[] =
-    "p=$1; [ -e \"$p\" ] || exit 3; [ -d \"$p\" ] && exit 4; exec stat -L -c %a \"$p\"";
+    "p=$1; [ -e \"$p\" ] || exit 3; [ -d \"$p\" ] && exit 4; exec stat -L -c %a -- \"$p\"";
 static const char untar_script[] =
     "p=$1; [ -e \"$p\" ] && [ ! -d \"$p\" ] && exit 4; "
     "mkdir -p -- \"$p\" && cd -- \"$p\" && exec tar -xpf -";

@@ -140,6 +140,37 @@ Test(provider, script_cwd_and_its_error)
     cr_assert_null(cl_script_cwd(NULL));
 }
 
+/* An argv runs after "exec", but one whose first word starts with '-'
+ * (which exec would take for an option) runs as a plain command. */
+Test(provider, script_of_an_argv)
+{
+    const char *ls[] = {"ls", "-l", "a b", NULL};
+    const char *dash[] = {"-x", "--help", NULL};
+    const char *dashdash[] = {"--", "y", NULL};
+    char *s = cl_shell_script(ls, NULL, NULL);
+    cr_assert_str_eq(s, "exec 'ls' '-l' 'a b'");
+    free(s);
+    s = cl_shell_script(dash, NULL, "/w");
+    cr_assert_str_eq(s, "cd -- '/w' || exit 211\n'-x' '--help'");
+    free(s);
+    s = cl_shell_script(dashdash, NULL, NULL);
+    cr_assert_str_eq(s, "'--' 'y'");
+    free(s);
+}
+
+/* A path starting with '-' gets "./" before it; any other is quoted as
+ * it is. */
+Test(provider, quoted_paths)
+{
+    const char *in[] = {"-f", "--x y", "/abs/-f", "rel/-f", "it's"};
+    const char *out[] = {"'./-f'", "'./--x y'", "'/abs/-f'", "'rel/-f'", "'it'\\''s'"};
+    for (size_t i = 0; i < 5; i++) {
+        char *q = cl_shell_quote_path(in[i]);
+        cr_assert_str_eq(q, out[i]);
+        free(q);
+    }
+}
+
 Test(provider, fd_sink_and_source)
 {
     int fds[2];

@@ -1185,6 +1185,27 @@ Test(exec, command_not_found_is_127)
     sbx_result_free(r);
 }
 
+/* An argv whose first word starts with '-' names a program like any other
+ * (no option of a shell's exec): none by that name is 127 with "not
+ * found", the words after it untouched. */
+Test(exec, argv_first_word_with_a_dash_is_a_program_name)
+{
+    const char *dash_x[] = {"-x", NULL};
+    const char *dash_help[] = {"--help", "arg", NULL};
+    const char *const *argvs[] = {dash_x, dash_help};
+    for (size_t i = 0; i < 2; i++) {
+        sbx_exec_request req = SBX_EXEC_REQUEST_INIT;
+        req.argv = argvs[i];
+        sbx_result *r = tu_exec(g_sb, &req);
+        tu_assert_exit(r, 127);
+        tu_assert_stdout(r, "");
+        const char *err = sbx_result_get0_stderr(r, NULL);
+        cr_assert(strstr(err, "not found") != NULL && strstr(err, argvs[i][0]) != NULL,
+                  "%s: stderr \"%s\"", argvs[i][0], err);
+        sbx_result_free(r);
+    }
+}
+
 Test(exec, not_executable_is_126)
 {
     sbx_result *r = tu_sh(g_sb,
@@ -1689,11 +1710,17 @@ Test(exec, background_child_does_not_hold_the_exec)
 /* A process freed while its stdin is open (never closed), its command
  * reading it, is not waited for: the free returns at once, even where the
  * backend takes stdin whole before the command starts (a file it uploads),
- * and the sandbox serves the next command. */
+ * and the sandbox serves the next command. The free kills the command
+ * (where it started at all): no process carrying the command's marker is
+ * left in the sandbox 5 s later, as the sandbox's own /proc shows. */
 Test(exec, a_process_freed_with_its_stdin_open_is_not_waited_for)
 {
+    char *mark = tu_strdup_printf("SBX_TEST_MARK=stdin-open-%d-%ld", (int)getpid(),
+                                  (long)time(NULL));
+    const char *env[] = { mark, NULL };
     sbx_exec_request req = SBX_EXEC_REQUEST_INIT;
     req.shell = "cat; sleep 30";
+    req.env = env;
     req.flags = SBX_EXEC_STDIN_OPEN;
     sbx_error *err = NULL;
     sbx_process *p = sbx_sandbox_start_process(g_sb, &req, &err);
@@ -1706,6 +1733,7 @@ Test(exec, a_process_freed_with_its_stdin_open_is_not_waited_for)
     double took = tu_now() - t0;
     cr_assert_lt(took, 10.0, "the free took %.2f s", took);
     req.shell = "cat";
+    req.env = NULL;
     req.flags = 0;
     req.stdin_data = "after";
     req.stdin_len = 5;
@@ -1713,6 +1741,18 @@ Test(exec, a_process_freed_with_its_stdin_open_is_not_waited_for)
     tu_assert_exit(r, 0);
     tu_assert_stdout(r, "after");
     sbx_result_free(r);
+    /* The marked processes of the sandbox, counted every 0.1 s until none
+     * is left (5 s at most). */
+    char *count = tu_strdup_printf(
+        "for t in $(seq 1 50); do n=0; for d in /proc/[0-9]*; do "
+        "tr '\\0' '\\n' < $d/environ 2>/dev/null | grep -qx '%s' && n=$((n+1)); done; "
+        "[ $n -eq 0 ] && break; sleep 0.1; done; echo $n", mark);
+    r = tu_sh(g_sb, count, 20);
+    free(count);
+    tu_assert_exit(r, 0);
+    tu_assert_stdout(r, "0\n");
+    sbx_result_free(r);
+    free(mark);
 }
 
 /* "1\n2\n...N\n" as written by `seq 1 N`. */
@@ -2370,4 +2410,71 @@ Test(names, file_names_are_bytes_in_the_c_locale)
 Test(names, file_names_are_bytes_in_a_utf8_locale)
 {
     names_round_trip("C.UTF-8");
+}
+
+/*
+ * A relative path whose first name starts with '-' is a path, never an
+ * option of a command that moves or inspects it: a file "-f" goes in
+ * (upload_file) and out (read_file, download_file), a file "-d/-f" is
+ * written and listed, and a directory "-u" goes in and out whole.
+ */
+Test(names, paths_starting_with_a_dash_are_paths)
+{
+    sbx_error *err = NULL;
+    char *up = tu_strdup_printf("%s/up-dash", g_tmp);
+    char *down = tu_strdup_printf("%s/down-dash", g_tmp);
+    char *host_f = tu_strdup_printf("%s/host-f", g_tmp);
+    char *back_f = tu_strdup_printf("%s/back-f", g_tmp);
+    cr_assert_eq(mkdir(up, 0755), 0);
+    tu_write_file(host_f, "dash\n", 5, 0755);
+    cr_assert_eq(sbx_sandbox_upload_file(g_sb, host_f, "-f", &err), 0, "upload_file -f: %s",
+                 err ? sbx_error_get0_message(err) : "");
+    char *data = NULL;
+    size_t len = 0;
+    cr_assert_eq(sbx_sandbox_read_file(g_sb, "-f", &data, &len, &err), 0, "read_file -f: %s",
+                 err ? sbx_error_get0_message(err) : "");
+    cr_assert_eq(len, 5);
+    cr_assert_eq(memcmp(data, "dash\n", 5), 0);
+    free(data);
+    sbx_result *r = tu_sh(g_sb, "cat ./-f", 20);
+    tu_assert_exit(r, 0);
+    tu_assert_stdout(r, "dash\n");
+    sbx_result_free(r);
+    cr_assert_eq(sbx_sandbox_download_file(g_sb, "-f", back_f, &err), 0,
+                 "download_file -f: %s", err ? sbx_error_get0_message(err) : "");
+    char *text = host_text(back_f);
+    cr_assert_not_null(text);
+    cr_assert_str_eq(text, "dash\n");
+    free(text);
+
+    cr_assert_eq(sbx_sandbox_write_file(g_sb, "-d/-f", "in dir\n", 7, &err), 0,
+                 "write_file -d/-f: %s", err ? sbx_error_get0_message(err) : "");
+    sbx_file_info **list = NULL;
+    size_t count = 0;
+    cr_assert_eq(sbx_sandbox_list_files(g_sb, "-d", &list, &count, &err), 0,
+                 "list_files -d: %s", err ? sbx_error_get0_message(err) : "");
+    cr_assert_eq(count, 1);
+    cr_assert_str_eq(sbx_file_info_get0_name(list[0]), "-f");
+    cr_assert_eq(sbx_file_info_is_dir(list[0]), 0);
+    cr_assert_eq(sbx_file_info_get_size(list[0]), 7);
+    sbx_file_info_list_free(list, count);
+
+    char *in_up = tu_strdup_printf("%s/-g", up);
+    tu_write_file(in_up, "up\n", 3, 0644);
+    free(in_up);
+    cr_assert_eq(sbx_sandbox_upload_dir(g_sb, up, "-u", &err), 1, "upload_dir -u: %s",
+                 err ? sbx_error_get0_message(err) : "");
+    cr_assert_eq(sbx_sandbox_download_dir(g_sb, "-u", down, &err), 1, "download_dir -u: %s",
+                 err ? sbx_error_get0_message(err) : "");
+    char *got = tu_strdup_printf("%s/-g", down);
+    text = host_text(got);
+    cr_assert_not_null(text, "download_dir made no %s", got);
+    cr_assert_str_eq(text, "up\n");
+    free(text);
+    free(got);
+    cr_assert_eq(tu_count_entries(down), 1);
+    free(up);
+    free(down);
+    free(host_f);
+    free(back_f);
 }

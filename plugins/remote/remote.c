@@ -1435,10 +1435,11 @@ static int rm_run_short(sbx_plugin_sandbox *sb, const sbx_call_ctx *ctx, const c
 
 /* "$SANDBOX_ROOT"'PATH' for an absolute sandbox path (the sandbox's root
  * where it is a host directory, nothing where the sandbox owns /), 'PATH'
- * for a relative one: a new string, NULL on no memory. */
+ * for a relative one ('./PATH' when it starts with '-', never an option of
+ * the command that gets it): a new string, NULL on no memory. */
 static char *rm_quote_path(const char *path)
 {
-    char *q = cl_shell_quote(path);
+    char *q = cl_shell_quote_path(path);
     if (!q || path[0] != '/')
         return q;
     char *s = cl_printf("\"$SANDBOX_ROOT\"%s", q);
@@ -1521,7 +1522,7 @@ static int rm_put_pre(struct sbx_plugin_sandbox *sb, const sbx_call_ctx *ctx, co
         char *b64 = cl_base64_encode(buf, n);
         char modes[32] = "";
         if (eof && mode >= 0)
-            snprintf(modes, sizeof modes, "chmod %lo \"$t\" || exit 6; ", mode & 07777);
+            snprintf(modes, sizeof modes, "chmod %lo -- \"$t\" || exit 6; ", mode & 07777);
         /* The first request makes the parents and truncates; the last
          * renames into place. */
         char *script = b64 ? cl_printf(

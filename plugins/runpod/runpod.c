@@ -1340,7 +1340,7 @@ static int rp_file_script(struct sbx_plugin_sandbox *sb, const sbx_call_ctx *ctx
         return -1;
     }
     char *full = rp_path(sb, path);
-    char *q = full ? cl_shell_quote(full) : NULL;
+    char *q = full ? cl_shell_quote_path(full) : NULL;
     char *script = NULL;
     if (!q || asprintf(&script, script_fmt, q) < 0)
         script = NULL;
@@ -1373,7 +1373,7 @@ static int rp_write_file(sbx_plugin_sandbox *sb, const sbx_call_ctx *ctx, const 
     snprintf(fmt, sizeof fmt,
              "p=%%1$s; [ -d \"$p\" ] && exit 4; d=$(dirname -- \"$p\") && mkdir -p -- \"$d\" "
              "&& t=$(mktemp \"$d/.sbx-w.XXXXXX\") || exit 1; "
-             "if cat >\"$t\" && chmod %o \"$t\" && mv -f -- \"$t\" \"$p\"; then exit 0; fi; "
+             "if cat >\"$t\" && chmod %o -- \"$t\" && mv -f -- \"$t\" \"$p\"; then exit 0; fi; "
              "rm -f -- \"$t\"; exit 1",
              (unsigned)(mode & 07777));
     return rp_file_script(sb, ctx, path, fmt, fd, -1, "a directory", "write_file", error);
@@ -1442,7 +1442,7 @@ static int rp_list_files(sbx_plugin_sandbox *sb, const sbx_call_ctx *ctx, const 
     if (rp_check(sb, op, error) < 0)
         return -1;
     char *full = rp_path(sb, path && *path ? path : ".");
-    char *q = full ? cl_shell_quote(full) : NULL;
+    char *q = full ? cl_shell_quote_path(full) : NULL;
     char *script = q ? cl_printf("p=%s; [ -e \"$p\" ] || exit 3; [ -d \"$p\" ] || exit 4; "
                                  "cd -- \"$p\" && exec find . -mindepth 1 -maxdepth 1 "
                                  "-printf '%%y %%s %%m %%P\\0'", q)
@@ -1500,7 +1500,7 @@ static int rp_stat_file(sbx_plugin_sandbox *sb, const sbx_call_ctx *ctx, const c
     if (rp_check(sb, op, error) < 0)
         return -1;
     char *full = rp_path(sb, path);
-    char *q = full ? cl_shell_quote(full) : NULL;
+    char *q = full ? cl_shell_quote_path(full) : NULL;
     char *script = q ? cl_printf("p=%s; [ -e \"$p\" ] || [ -L \"$p\" ] || exit 3; "
                                  "exec find \"$p\" -maxdepth 0 -printf '%%y %%s %%m %%f\\0'", q)
                      : NULL;

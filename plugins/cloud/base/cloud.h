@@ -229,9 +229,15 @@ int cl_text_check(const sbx_plugin_exec_request *rq, const char *path, const cha
 
 /** @s quoted for a POSIX shell ('…', with ' as '\''): a new string. */
 char *cl_shell_quote(const char *s);
+/** Path @path quoted as cl_shell_quote() does, with "./" before it when it
+ *  starts with '-', so that no command (find, which takes no "--", among
+ *  them) reads it as an option: a new string, NULL on no memory. */
+char *cl_shell_quote_path(const char *path);
 /**
  * The shell script that runs an exec request's command: argv (each word
- * quoted) or the shell text, in @cwd when it is not NULL. The cwd is
+ * quoted, after "exec", or alone when the first word starts with '-', which
+ * exec would take for an option) or the shell text, in @cwd when it is not
+ * NULL. The cwd is
  * entered on a line of its own before the command ("cd -- 'DIR' || exit
  * CL_CWD_MISSING_EXIT", then a newline, then the command), so that it
  * holds for every part of a command list, background operators, comments

@@ -248,7 +248,7 @@ int cl_token_ids_match(cl_token_ids *t, const char *item_token, const char *id)
 
 char *cl_list_command(const char *dir)
 {
-    char *q = cl_shell_quote(dir);
+    char *q = cl_shell_quote_path(dir);
     char *cmd = q ? cl_printf("test -d %s || exit 3; find %s -mindepth 1 -maxdepth 1 "
                               "-printf '%%y %%s %%f\\n'", q, q) : NULL;
     free(q);
@@ -1733,10 +1733,27 @@ void cl_script_exec_free(sbx_plugin_process *process)
     cl_script_proc *p = (cl_script_proc *)(void *)process;
     if (!p)
         return;
-    sbx_call_ctx c2 = { sizeof(c2), cl_now() + 30, -1, NULL };
-    if (!cl_gone_get(&((cl_sandbox *)(void *)p->sb)->gone))
-        cl_script_exec_kill(process, &c2, SIGKILL, NULL);
+    pthread_mutex_lock(&p->base.lock);
+    int ended = p->base.ended;
+    pthread_mutex_unlock(&p->base.lock);
+    /* The worker is stopped and joined before the kill: a worker still
+     * taking the command's stdin (read to its end for the file it uploads,
+     * which ends as the host closes it before this free) would otherwise
+     * start the command after the kill had looked for its processes, and
+     * the command would run on. Once joined, nothing starts it any more;
+     * the kill then reaches whatever of it runs. A worker that had ended
+     * before the free (the command's end seen: its background processes
+     * live on; or a failure, such as a sandbox stopped, which a kill would
+     * only start again) is followed by no kill, as before. */
     cl_proc_clear(&p->base);
+    if (!ended && !cl_gone_get(&((cl_sandbox *)(void *)p->sb)->gone)) {
+        sbx_call_ctx c2 = { sizeof(c2), cl_now() + 30, -1, NULL };
+        char *cmd = cl_mark_kill_command(p->tag, SIGKILL);
+        int code = 0;
+        if (cmd)
+            p->run_short(p->sb, &c2, cmd, &code, "exec_kill", NULL);
+        free(cmd);
+    }
     cl_script_proc_free(p);
 }
 

@@ -1929,9 +1929,11 @@ int cl_script_exec_kill(sbx_plugin_process *process, const sbx_call_ctx *ctx, in
  *  when its worker set oom_killed. Read after exec_wait returned 1. */
 int cl_script_exec_end_info(sbx_plugin_process *process, const sbx_call_ctx *ctx,
                             uint64_t *flags, sbx_error **error);
-/** The exec_free slot for a cl_script_proc (NULL: nothing): SIGKILL to
- *  every process of the command unless the sandbox is gone (within 30 s),
- *  then the worker joined and everything freed, @fini first. */
+/** The exec_free slot for a cl_script_proc (NULL: nothing): the worker
+ *  stopped and joined first (so it starts nothing afterwards), then, unless
+ *  the worker had ended before (the command's end, or a failure) or the
+ *  sandbox is gone, SIGKILL to every process of the command (its
+ *  run_short, within 30 s), and everything freed, @fini first. */
 void cl_script_exec_free(sbx_plugin_process *process);
 
 /**

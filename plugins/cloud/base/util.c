@@ -485,6 +485,21 @@ char *cl_shell_quote(const char *s)
     return cl_buf_take(&b, cl_buf_append(&b, "'", 1) < 0);
 }
 
+char *cl_shell_quote_path(const char *path)
+{
+    if (path[0] != '-')
+        return cl_shell_quote(path);
+    size_t n = strlen(path);
+    char *dotted = malloc(n + 3);
+    if (!dotted)
+        return NULL;
+    memcpy(dotted, "./", 2);
+    memcpy(dotted + 2, path, n + 1);
+    char *q = cl_shell_quote(dotted);
+    free(dotted);
+    return q;
+}
+
 char *cl_shell_script(const char *const *argv, const char *shell, const char *cwd)
 {
     cl_buf b = { 0 };
@@ -496,11 +511,17 @@ char *cl_shell_script(const char *const *argv, const char *shell, const char *cw
     }
     if (argv) {
         /* exec: the command is the shell's own process, so its exit status
-         * and signals are the command's. */
-        bad |= cl_buf_append(&b, "exec", 4) < 0;
+         * and signals are the command's. A first word starting with '-'
+         * would be an option of exec (bash and busybox sh: exit 2), and
+         * "exec --" is no way round it (dash runs a program named "--"):
+         * such a command runs as a plain command of the shell instead,
+         * whose status is the command's (128+N for a signal N). */
+        int plain = argv[0] && argv[0][0] == '-';
+        if (!plain)
+            bad |= cl_buf_append(&b, "exec", 4) < 0;
         for (size_t i = 0; argv[i] && !bad; i++) {
             char *q = cl_shell_quote(argv[i]);
-            bad |= !q || cl_buf_printf(&b, " %s", q) < 0;
+            bad |= !q || cl_buf_printf(&b, i == 0 && plain ? "%s" : " %s", q) < 0;
             free(q);
         }
     } else if (shell) {

@@ -2314,7 +2314,7 @@ static int modal_read_file(sbx_plugin_sandbox *sb, const sbx_call_ctx *ctx, cons
     const char *op = "read_file";
     if (modal_check(sb, op, error) < 0 || cl_text_check(NULL, path, MODAL_API, 0, op, error) < 0)
         return -1;
-    char *q = cl_shell_quote(path);
+    char *q = cl_shell_quote_path(path);
     char *script = q ? cl_printf("p=%s; [ -d \"$p\" ] && exit %d; [ -e \"$p\" ] || exit %d; "
                                  "exec cat -- \"$p\"", q, MODAL_FILE_IS_DIR,
                                  MODAL_FILE_MISSING) : NULL;
@@ -2338,7 +2338,7 @@ static int modal_write_file(sbx_plugin_sandbox *sb, const sbx_call_ctx *ctx, con
         return -1;
     char tag[17];
     cl_random_hex(tag, 8);
-    char *q = cl_shell_quote(path);
+    char *q = cl_shell_quote_path(path);
     /* Into a temporary file beside it, then renamed: a cut upload never
      * leaves half a file under the name. */
     char *script = q ? cl_printf("p=%s; t=\"$p.sbx-%s\"; [ -d \"$p\" ] && exit %d; "
@@ -2394,7 +2394,7 @@ static int modal_list_files(sbx_plugin_sandbox *sb, const sbx_call_ctx *ctx, con
     const char *op = "list_files";
     if (modal_check(sb, op, error) < 0 || cl_text_check(NULL, path, MODAL_API, 0, op, error) < 0)
         return -1;
-    char *q = cl_shell_quote(path);
+    char *q = cl_shell_quote_path(path);
     char *script = q ? cl_printf("p=%s; [ -e \"$p\" ] || exit %d; cd -- \"$p\" || exit 4; "
                                  "exec find . -mindepth 1 -maxdepth 1 -printf '%%y %%s %%m %%P\\0'",
                                  q, MODAL_FILE_MISSING) : NULL;
@@ -2424,7 +2424,7 @@ static int modal_stat_file(sbx_plugin_sandbox *sb, const sbx_call_ctx *ctx, cons
     const char *op = "stat_file";
     if (modal_check(sb, op, error) < 0 || cl_text_check(NULL, path, MODAL_API, 0, op, error) < 0)
         return -1;
-    char *q = cl_shell_quote(path);
+    char *q = cl_shell_quote_path(path);
     char *script = q ? cl_printf("p=%s; [ -e \"$p\" ] || [ -L \"$p\" ] || exit %d; "
                                  "exec find \"$p\" -maxdepth 0 -printf '%%y %%s %%m %%f\\0'", q,
                                  MODAL_FILE_MISSING) : NULL;
