@@ -1937,16 +1937,24 @@ void cl_script_exec_free(sbx_plugin_process *process);
 /**
  * Defines @name, a static exec_start slot of a provider whose commands are
  * plain cl_script_procs, its sandbox struct starting with a cl_sandbox @s
- * whose workdir is the default cwd: cl_script_exec_start(sb, @backend,
- * sb->s.workdir, rq, @run_short, @run, process, error). Returns as
- * cl_script_exec_start(). Thread-safe as the runners are.
+ * whose workdir is the default cwd, and whose API is JSON: cl_exec_check()
+ * of @rq, then cl_text_check(rq, NULL, "JSON", @text_flags, "exec", error)
+ * (@text_flags 0, or CL_TEXT_ENV_AS_BYTES when the per-call environment
+ * travels as a file's bytes), both before anything is sent, then
+ * cl_script_exec_start(sb, @backend, sb->s.workdir, rq, @run_short, @run,
+ * process, error). Returns 0 with *process set, or -1 with the first
+ * check's error (gone, unsupported request, text the API cannot carry) or
+ * cl_script_exec_start()'s. Thread-safe as the runners are.
  */
-#define CL_SCRIPT_EXEC_START(name, backend, run_short, run)                                 \
+#define CL_SCRIPT_EXEC_START(name, backend, run_short, run, text_flags)                     \
     static int name(sbx_plugin_sandbox *sb, const sbx_call_ctx *ctx,                        \
                     const sbx_plugin_exec_request *rq, sbx_plugin_process **process,        \
                     sbx_error **error)                                                      \
     {                                                                                       \
         (void)ctx;                                                                          \
+        if (cl_exec_check(&sb->s, (backend), rq, 0, error) < 0                              \
+            || cl_text_check(rq, NULL, "JSON", (text_flags), "exec", error) < 0)            \
+            return -1;                                                                      \
         return cl_script_exec_start(sb, (backend), sb->s.workdir, rq, (run_short), (run),   \
                                     process, error);                                        \
     }

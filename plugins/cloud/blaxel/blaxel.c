@@ -1334,17 +1334,7 @@ out:
 /* The command (its script holds the argv or shell text and the cwd) and
  * its env go as POST /process's JSON: text that is not UTF-8 is refused
  * before anything is sent (issue 16). */
-static int bl_exec_start(sbx_plugin_sandbox *sb, const sbx_call_ctx *ctx,
-                         const sbx_plugin_exec_request *rq, sbx_plugin_process **process,
-                         sbx_error **error)
-{
-    (void)ctx;
-    if (cl_exec_check(&sb->s, BL_BACKEND, rq, 0, error) < 0
-        || cl_json_text_check(rq, NULL, "exec", error) < 0)
-        return -1;
-    return cl_script_exec_start(sb, BL_BACKEND, sb->s.workdir, rq, bl_run_short, bl_exec_run,
-                                process, error);
-}
+CL_SCRIPT_EXEC_START(bl_exec_start, BL_BACKEND, bl_run_short, bl_exec_run, 0)
 
 /* ------------------------------------------------------------------------ */
 /* The descriptor                                                            */

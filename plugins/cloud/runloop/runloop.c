@@ -1315,17 +1315,7 @@ out:
 
 /* The command line (argv or shell text, the cwd) is a JSON string; the
  * env goes as a file's bytes (issue 16). */
-static int rl_exec_start(sbx_plugin_sandbox *sb, const sbx_call_ctx *ctx,
-                         const sbx_plugin_exec_request *rq, sbx_plugin_process **process,
-                         sbx_error **error)
-{
-    (void)ctx;
-    if (cl_exec_check(&sb->s, RL_BACKEND, rq, 0, error) < 0
-        || cl_text_check(rq, NULL, "JSON", CL_TEXT_ENV_AS_BYTES, "exec", error) < 0)
-        return -1;
-    return cl_script_exec_start(sb, RL_BACKEND, sb->s.workdir, rq, rl_run_short, rl_exec_run,
-                                process, error);
-}
+CL_SCRIPT_EXEC_START(rl_exec_start, RL_BACKEND, rl_run_short, rl_exec_run, CL_TEXT_ENV_AS_BYTES)
 
 /* ------------------------------------------------------------------------ */
 /* The descriptor                                                            */
