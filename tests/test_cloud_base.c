@@ -2,7 +2,8 @@
  * test_cloud_base.c — the hosted-provider base (plugins/cloud/base/), linked
  * in: the streaming readers fed sample streams split at every point (and
  * byte by byte), Retry-After in both forms, the status mapping, the shell
- * script of a command with a cwd (CASE-46), base64 and JSON helpers, and
+ * script of a command with a cwd (CASE-46), base64 and JSON helpers, a
+ * client's string setting (config, else environment, else default), and
  * the retry of a rate-limited create (cl_request against a scripted HTTP
  * server on 127.0.0.1, counting requests), and of a transport error: re-sent
  * when the connection was refused (nothing sent) for any call, and after a
@@ -1433,6 +1434,29 @@ Test(util, text_check_names_the_part_and_the_api)
     cr_assert_str_eq(cl_last()->msg, "the path is not valid UTF-8: the provider's API "
                      "(protobuf) cannot carry it");
     cr_assert_eq(cl_text_check(NULL, "/tmp/\xc3\xa9", "protobuf", 0, "write_file", NULL), 0);
+}
+
+/* A client's string setting: the config's non-empty string member, else
+ * the environment variable when set and not empty, else the default as
+ * given (NULL and "" too). */
+Test(util, setting_is_the_config_else_the_environment_else_the_default)
+{
+    json_object *cfg = json_tokener_parse("{\"a\":\"from-config\",\"empty\":\"\",\"n\":3}");
+    cr_assert_not_null(cfg);
+    cr_assert_eq(setenv("SBX_TEST_SETTING", "from-env", 1), 0);
+    cr_assert_str_eq(cl_setting(cfg, "a", "SBX_TEST_SETTING", "dflt"), "from-config");
+    cr_assert_str_eq(cl_setting(cfg, "empty", "SBX_TEST_SETTING", "dflt"), "from-env");
+    cr_assert_str_eq(cl_setting(cfg, "n", "SBX_TEST_SETTING", "dflt"), "from-env");
+    cr_assert_str_eq(cl_setting(cfg, "missing", "SBX_TEST_SETTING", "dflt"), "from-env");
+    cr_assert_str_eq(cl_setting(NULL, NULL, "SBX_TEST_SETTING", "dflt"), "from-env");
+    cr_assert_str_eq(cl_setting(cfg, "empty", NULL, "dflt"), "dflt");
+    cr_assert_eq(setenv("SBX_TEST_SETTING", "", 1), 0);
+    cr_assert_str_eq(cl_setting(cfg, "empty", "SBX_TEST_SETTING", "dflt"), "dflt");
+    cr_assert_eq(unsetenv("SBX_TEST_SETTING"), 0);
+    cr_assert_str_eq(cl_setting(cfg, "missing", "SBX_TEST_SETTING", ""), "");
+    cr_assert_null(cl_setting(cfg, "missing", "SBX_TEST_SETTING", NULL));
+    cr_assert_null(cl_setting(NULL, NULL, NULL, NULL));
+    json_object_put(cfg);
 }
 
 Test(util, json_bool_as_json_c_reads_it)

@@ -546,9 +546,8 @@ static char *tl_resolve_port(sbx_plugin_sandbox *sb, const sbx_call_ctx *ctx, un
     if (host && strncmp(host + 3, sb->s.id, idl) == 0 && host[3 + idl] == '.') {
         url = cl_printf("https://%u-%s", port, host + 3);
     } else {
-        const char *proxy = getenv("TENSORLAKE_SANDBOX_PROXY_URL");
-        if (!proxy || !*proxy)
-            proxy = "https://sandbox.tensorlake.ai";
+        const char *proxy = cl_setting(NULL, NULL, "TENSORLAKE_SANDBOX_PROXY_URL",
+                                       "https://sandbox.tensorlake.ai");
         const char *ph = strstr(proxy, "://");
         ph = ph ? ph + 3 : proxy;
         size_t hl = strcspn(ph, "/");

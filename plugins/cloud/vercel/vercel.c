@@ -745,18 +745,6 @@ static json_object *vc_jwt_payload(const char *tok)
     return j;
 }
 
-/* A string setting: member @key of @cfg, else environment variable @env
- * when set and not empty, else @dflt (may be NULL). Borrowed. */
-static const char *vc_setting(json_object *cfg, const char *key, const char *env,
-                              const char *dflt)
-{
-    const char *v = cfg ? cl_json_str(cfg, key) : NULL;
-    if (v && *v)
-        return v;
-    v = env ? getenv(env) : NULL;
-    return v && *v ? v : dflt;
-}
-
 static const char *const vc_key_envs[] = { "VERCEL_OIDC_TOKEN", "VERCEL_TOKEN", NULL };
 
 static const cl_client_spec vc_client_spec = {
@@ -775,7 +763,7 @@ static int vc_client_new(const char *config_json, sbx_plugin_client **client, sb
     if (!c)
         return -1;
     /* team_id and project_id, when given, are non-empty strings (read by
-     * vc_setting below). */
+     * cl_setting below). */
     static const cl_option str_opts[] = { { "team_id", CL_OPTION_STRING, 0, NULL },
                                           { "project_id", CL_OPTION_STRING, 0, NULL },
                                           { NULL, 0, 0, NULL } };
@@ -793,11 +781,11 @@ static int vc_client_new(const char *config_json, sbx_plugin_client **client, sb
                        "VERCEL_OIDC_TOKEN");
             goto fail;
         }
-        team = vc_setting(cfg, "team_id", NULL, cl_json_str(jwt, "owner_id"));
-        project = vc_setting(cfg, "project_id", NULL, cl_json_str(jwt, "project_id"));
+        team = cl_setting(cfg, "team_id", NULL, cl_json_str(jwt, "owner_id"));
+        project = cl_setting(cfg, "project_id", NULL, cl_json_str(jwt, "project_id"));
     } else {
-        team = vc_setting(cfg, "team_id", "VERCEL_TEAM_ID", NULL);
-        project = vc_setting(cfg, "project_id", "VERCEL_PROJECT_ID", NULL);
+        team = cl_setting(cfg, "team_id", "VERCEL_TEAM_ID", NULL);
+        project = cl_setting(cfg, "project_id", "VERCEL_PROJECT_ID", NULL);
     }
     if (!team || !project) {
         const char *missing = !team ? "team_id" : "project_id";
