@@ -1576,7 +1576,8 @@ double cl_rfc3339(const char *s);
 
 /** What a list_owned slot hands its listing (a cl_listed_fn's @ud for
  *  cl_owned_listed()): the host's callback, and where a listed item holds
- *  its id, its labels and its creation time. */
+ *  its id, its labels and its creation time. A plugin whose own item
+ *  callback reads its items sets @fn and @ud alone (the keys NULL). */
 typedef struct cl_owned {
     sbx_plugin_owned_fn fn;
     void *ud;

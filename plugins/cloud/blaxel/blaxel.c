@@ -588,18 +588,11 @@ static int bl_resume(sbx_plugin_client *client, const sbx_call_ctx *ctx, const c
     return cl_resume_end(rc, sb, sandbox, j, data, NULL);
 }
 
-/* The sandboxes this backend made: labelled sbx_backend=blaxel with a
- * create token. Every page is read (CASE-35). */
-typedef struct bl_owned {
-    sbx_plugin_owned_fn fn;
-    void *ud;
-} bl_owned;
-
 /* One listed sandbox, to the host's callback when this backend made it
  * (its labels) and it is not ending. */
 static int bl_owned_one(void *ud, json_object *it)
 {
-    bl_owned *o = ud;
+    cl_owned *o = ud;
     json_object *labels = cl_json_path(it, "metadata", "labels", NULL);
     const char *id = cl_json_str(cl_json_path(it, "metadata", NULL), "name");
     const char *be = cl_json_str(labels, BL_LABEL_BACKEND);
@@ -611,6 +604,8 @@ static int bl_owned_one(void *ud, json_object *it)
     return o->fn(&info, o->ud);
 }
 
+/* The sandboxes this backend made: labelled sbx_backend=blaxel with a
+ * create token. Every page is read (CASE-35). */
 static int bl_list_owned(sbx_plugin_client *client, const sbx_call_ctx *ctx,
                          sbx_plugin_owned_fn fn, void *ud, sbx_error **error)
 {
@@ -619,7 +614,7 @@ static int bl_list_owned(sbx_plugin_client *client, const sbx_call_ctx *ctx,
     char *url = cl_printf("%s/sandboxes?limit=100", c->cl.api);
     cl_pages pg = { url, "cursor", NULL, "meta.nextCursor", "data", "list sandboxes",
                     CL_PAGES_ARRAY_TOO | CL_PAGES_EMPTY_ENDS };
-    bl_owned o = { fn, ud };
+    cl_owned o = { .fn = fn, .ud = ud };
     int rc = cl_list_pages(c->cl.http, ctx, &pg, bl_owned_one, &o, op, error);
     free(url);
     return rc;

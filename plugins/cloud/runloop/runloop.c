@@ -881,14 +881,9 @@ static int rl_start(sbx_plugin_sandbox *sb, const sbx_call_ctx *ctx, sbx_error *
     return rl_wait_running(sb, ctx, "start", error);
 }
 
-typedef struct rl_owned {
-    sbx_plugin_owned_fn fn;
-    void *ud;
-} rl_owned;
-
 static int rl_owned_one(void *ud, json_object *it)
 {
-    rl_owned *o = ud;
+    cl_owned *o = ud;
     int64_t created = 0;
     cl_json_int(it, "create_time_ms", &created);
     return cl_owned_report(o->fn, o->ud, cl_json_str(it, "id"), cl_json_path(it, "metadata", NULL),
@@ -899,7 +894,7 @@ static int rl_owned_one(void *ud, json_object *it)
 static int rl_list_owned(sbx_plugin_client *client, const sbx_call_ctx *ctx,
                          sbx_plugin_owned_fn fn, void *ud, sbx_error **error)
 {
-    rl_owned o = { fn, ud };
+    cl_owned o = { .fn = fn, .ud = ud };
     return rl_list(client, ctx, rl_owned_one, &o, "list_owned", error);
 }
 
