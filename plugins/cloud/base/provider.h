@@ -851,6 +851,18 @@ int cl_sandbox_call(cl_sandbox *s, cl_http *h, const sbx_call_ctx *ctx, const ch
 int cl_sandbox_is_alive(cl_sandbox *s, cl_http *h, const sbx_call_ctx *ctx, const char *url,
                         const char *state_key, const char *const *dead, sbx_error **error);
 
+/**
+ * cl_sandbox_is_alive() through the provider's own GET of one sandbox:
+ * 0 at once when @s is gone; else @rs->get(@s's client, ctx, id, op
+ * is_alive): 0 with the gone flag set on a 404, or when the answer's
+ * member @rs->state_key (NULL: none looked at) is one of @rs->dead; 1 for
+ * any other answer; -1 with the get's error. For a provider whose GET is
+ * not a plain item URL (a query it adds, an answer it unwraps). Thread-safe
+ * as @rs->get is.
+ */
+int cl_spec_is_alive(cl_sandbox *s, const cl_resume_spec *rs, const sbx_call_ctx *ctx,
+                     sbx_error **error);
+
 /** cl_sandbox_is_alive() at cl_item_url(@api, @collection, @s's id, ""):
  *  the is_alive slot of a provider that GETs its sandboxes as items. */
 int cl_item_is_alive(cl_sandbox *s, cl_http *h, const sbx_call_ctx *ctx, const char *api,
@@ -1259,6 +1271,18 @@ void cl_client_free_slot(sbx_plugin_client *c);
     {                                                                                       \
         return cl_item_is_alive(&sb->s, sb->s.c->cl.http, ctx, sb->s.c->cl.api,             \
                                 (collection), (state_key), (dead), error);                  \
+    }
+
+/**
+ * Defines @name, a static is_alive slot of a provider whose sandbox struct
+ * starts with a cl_sandbox @s: cl_spec_is_alive(&sb->s, @spec, ctx, error),
+ * @spec the plugin's constant cl_resume_spec (its get, state_key and dead).
+ * Returns as cl_spec_is_alive(). Thread-safe as the spec's get is.
+ */
+#define CL_SPEC_IS_ALIVE(name, spec)                                                        \
+    static int name(sbx_plugin_sandbox *sb, const sbx_call_ctx *ctx, sbx_error **error)     \
+    {                                                                                       \
+        return cl_spec_is_alive(&sb->s, (spec), ctx, error);                                \
     }
 
 /**

@@ -971,25 +971,8 @@ out:
 
 CL_DESTROY(vc_destroy, vc_stop_id)
 
-static int vc_is_alive(sbx_plugin_sandbox *sb, const sbx_call_ctx *ctx, sbx_error **error)
-{
-    if (vc_is_gone(sb))
-        return 0;
-    long st;
-    json_object *j = vc_get(sb->s.c, ctx, sb->s.id, &st, "is_alive", error);
-    if (!j) {
-        if (st == 404) {
-            vc_mark_gone(sb);
-            return 0;
-        }
-        return -1;
-    }
-    int alive = !vc_terminal(vc_status(j));
-    json_object_put(j);
-    if (!alive)
-        vc_mark_gone(sb);
-    return alive;
-}
+/* Alive while the provider has it and it is not ending (vc_dead). */
+CL_SPEC_IS_ALIVE(vc_is_alive, &vc_spec)
 
 /* {"version":1,"sandbox_id":ID[,"workdir":W]}: no credential, no env value
  * (the sandbox keeps its env). */
