@@ -1286,6 +1286,22 @@ void cl_client_free_slot(sbx_plugin_client *c);
     }
 
 /**
+ * Defines @name, a static session_state slot of a provider whose session
+ * state holds the sandbox's id alone (and its workdir), its sandbox struct
+ * starting with a cl_sandbox @s: {"version": @version, @id_key: ID[,
+ * "workdir": W]} (cl_state_new(), cl_state_end()): no credential, no env
+ * value. Returns a string in host memory, or NULL with cl_gone_error() when
+ * the sandbox is gone, or resource_exhausted. Thread-safe.
+ */
+#define CL_ID_SESSION_STATE(name, backend, version, id_key)                                 \
+    static char *name(sbx_plugin_sandbox *sb, const sbx_call_ctx *ctx, sbx_error **error)   \
+    {                                                                                       \
+        (void)ctx;                                                                          \
+        return cl_state_end(cl_state_new(&sb->s, (backend), (version), (id_key), error),    \
+                            error);                                                         \
+    }
+
+/**
  * Defines @name, a static data-plane call of a provider whose sandbox
  * struct starts with a cl_sandbox @s with a data plane, its client
  * starting with a cl_client @cl: int @name(sb, ctx, rq, path, r,

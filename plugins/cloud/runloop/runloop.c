@@ -789,12 +789,7 @@ CL_ITEM_IS_ALIVE(rl_is_alive, "v1/devboxes", "status", rl_dead)
 
 /* {"version":1,"devbox_id":ID[,"workdir":W]}: no credential, no env value
  * (the devbox keeps its environment_variables). */
-static char *rl_session_state(sbx_plugin_sandbox *sb, const sbx_call_ctx *ctx, sbx_error **error)
-{
-    (void)ctx;
-    json_object *j = cl_state_new(&sb->s, RL_BACKEND, RL_STATE_VERSION, "devbox_id", error);
-    return cl_state_end(j, error);
-}
+CL_ID_SESSION_STATE(rl_session_state, RL_BACKEND, RL_STATE_VERSION, "devbox_id")
 
 static int rl_resume(sbx_plugin_client *client, const sbx_call_ctx *ctx, const char *state_json,
                      sbx_plugin_sandbox **sandbox, sbx_error **error)

@@ -976,12 +976,7 @@ CL_SPEC_IS_ALIVE(vc_is_alive, &vc_spec)
 
 /* {"version":1,"sandbox_id":ID[,"workdir":W]}: no credential, no env value
  * (the sandbox keeps its env). */
-static char *vc_session_state(sbx_plugin_sandbox *sb, const sbx_call_ctx *ctx, sbx_error **error)
-{
-    (void)ctx;
-    json_object *j = cl_state_new(&sb->s, VC_BACKEND, VC_STATE_VERSION, "sandbox_id", error);
-    return cl_state_end(j, error);
-}
+CL_ID_SESSION_STATE(vc_session_state, VC_BACKEND, VC_STATE_VERSION, "sandbox_id")
 
 static int vc_resume(sbx_plugin_client *client, const sbx_call_ctx *ctx, const char *state_json,
                      sbx_plugin_sandbox **sandbox, sbx_error **error)
