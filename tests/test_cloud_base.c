@@ -2,7 +2,8 @@
  * test_cloud_base.c — the hosted-provider base (plugins/cloud/base/), linked
  * in: the streaming readers fed sample streams split at every point (and
  * byte by byte), Retry-After in both forms, the status mapping, the shell
- * script of a command with a cwd (CASE-46), base64 and JSON helpers, and
+ * script of a command with a cwd (CASE-46), base64 and JSON helpers, a
+ * client's string setting (config, else environment, else default), and
  * the retry of a rate-limited create (cl_request against a scripted HTTP
  * server on 127.0.0.1, counting requests), and of a transport error: re-sent
  * when the connection was refused (nothing sent) for any call, and after a
@@ -10,9 +11,11 @@
  * one is outcome unknown). Errors are looked at through
  * cl_last() (no host is loaded here), or, for the context of cl_request's
  * errors, through a stand-in host whose errors this file defines; the gRPC
- * layer's status mapping, channel URLs, failover and deadlines.
+ * layer's status mapping, channel URLs, failover and deadlines; is_alive
+ * through a provider's own GET (a stand-in).
  */
 #include "cloud.h"
+#include "provider.h"
 
 #include <criterion/criterion.h>
 
@@ -1435,6 +1438,29 @@ Test(util, text_check_names_the_part_and_the_api)
     cr_assert_eq(cl_text_check(NULL, "/tmp/\xc3\xa9", "protobuf", 0, "write_file", NULL), 0);
 }
 
+/* A client's string setting: the config's non-empty string member, else
+ * the environment variable when set and not empty, else the default as
+ * given (NULL and "" too). */
+Test(util, setting_is_the_config_else_the_environment_else_the_default)
+{
+    json_object *cfg = json_tokener_parse("{\"a\":\"from-config\",\"empty\":\"\",\"n\":3}");
+    cr_assert_not_null(cfg);
+    cr_assert_eq(setenv("SBX_TEST_SETTING", "from-env", 1), 0);
+    cr_assert_str_eq(cl_setting(cfg, "a", "SBX_TEST_SETTING", "dflt"), "from-config");
+    cr_assert_str_eq(cl_setting(cfg, "empty", "SBX_TEST_SETTING", "dflt"), "from-env");
+    cr_assert_str_eq(cl_setting(cfg, "n", "SBX_TEST_SETTING", "dflt"), "from-env");
+    cr_assert_str_eq(cl_setting(cfg, "missing", "SBX_TEST_SETTING", "dflt"), "from-env");
+    cr_assert_str_eq(cl_setting(NULL, NULL, "SBX_TEST_SETTING", "dflt"), "from-env");
+    cr_assert_str_eq(cl_setting(cfg, "empty", NULL, "dflt"), "dflt");
+    cr_assert_eq(setenv("SBX_TEST_SETTING", "", 1), 0);
+    cr_assert_str_eq(cl_setting(cfg, "empty", "SBX_TEST_SETTING", "dflt"), "dflt");
+    cr_assert_eq(unsetenv("SBX_TEST_SETTING"), 0);
+    cr_assert_str_eq(cl_setting(cfg, "missing", "SBX_TEST_SETTING", ""), "");
+    cr_assert_null(cl_setting(cfg, "missing", "SBX_TEST_SETTING", NULL));
+    cr_assert_null(cl_setting(NULL, NULL, NULL, NULL));
+    json_object_put(cfg);
+}
+
 Test(util, json_bool_as_json_c_reads_it)
 {
     json_object *j = json_tokener_parse(
@@ -1825,4 +1851,63 @@ Test(util, fail_from_the_last_error)
     cr_assert_eq(cl_last()->unknown, 0);
     free(err);
     cl_host = NULL;
+}
+
+/* ------------------------------------------------------------------------ */
+/* is_alive through the provider's own GET (provider.h)                      */
+/* ------------------------------------------------------------------------ */
+
+static long alive_status;          /* the stand-in GET's answer status */
+static const char *alive_answer;   /* its JSON, NULL: none */
+static int alive_gets;             /* how often it was called */
+
+static json_object *alive_get(sbx_plugin_client *client, const sbx_call_ctx *ctx, const char *id,
+                              long *status, const char *op, sbx_error **error)
+{
+    (void)client;
+    (void)ctx;
+    (void)error;
+    alive_gets++;
+    cr_assert_str_eq(id, "sb-1");
+    cr_assert_str_eq(op, "is_alive");
+    *status = alive_status;
+    return alive_answer ? json_tokener_parse(alive_answer) : NULL;
+}
+
+/* Alive for a running state and a state not given; an ended state or a
+ * 404 is gone, set on the sandbox, and no GET is sent once it is; a GET
+ * without an answer is -1 with the flag left alone. */
+Test(provider, is_alive_by_spec_reads_the_state_and_a_404)
+{
+    static const char *const dead[] = { "stopped", "failed", NULL };
+    static const cl_resume_spec spec = { "test", 1, "sandbox_id", alive_get, "status", dead,
+                                         NULL };
+    cl_sandbox *s = cl_sandbox_alloc(sizeof(*s), "sb-1");
+    cr_assert_not_null(s);
+    alive_status = 200;
+    alive_answer = "{\"status\":\"running\"}";
+    cr_assert_eq(cl_spec_is_alive(s, &spec, NULL, NULL), 1);
+    alive_answer = "{\"id\":\"sb-1\"}";
+    cr_assert_eq(cl_spec_is_alive(s, &spec, NULL, NULL), 1);
+    alive_status = 0;
+    alive_answer = NULL;
+    cr_assert_eq(cl_spec_is_alive(s, &spec, NULL, NULL), -1);
+    cr_assert_eq(cl_gone_get(&s->gone), 0);
+    alive_status = 200;
+    alive_answer = "{\"status\":\"stopped\"}";
+    cr_assert_eq(cl_spec_is_alive(s, &spec, NULL, NULL), 0);
+    cr_assert_eq(cl_gone_get(&s->gone), 1);
+    cr_assert_eq(alive_gets, 4);
+    cr_assert_eq(cl_spec_is_alive(s, &spec, NULL, NULL), 0);
+    cr_assert_eq(alive_gets, 4);
+    cl_sandbox_free(s);
+
+    s = cl_sandbox_alloc(sizeof(*s), "sb-1");
+    cr_assert_not_null(s);
+    alive_status = 404;
+    alive_answer = NULL;
+    cr_assert_eq(cl_spec_is_alive(s, &spec, NULL, NULL), 0);
+    cr_assert_eq(cl_gone_get(&s->gone), 1);
+    cr_assert_eq(alive_gets, 5);
+    cl_sandbox_free(s);
 }

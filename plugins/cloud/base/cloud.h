@@ -299,6 +299,17 @@ int cl_unencode_end(const cl_unencoder *u, int fd, const char *op, sbx_error **e
 char *cl_credential(const char *const *envs, const char *file_under_home, const char *json_key);
 
 /**
+ * A string setting of the client: member @key of the client's config JSON
+ * @config (NULL: none; @key NULL: not looked at) when it is a non-empty
+ * string, else environment variable @env (NULL: none) when it is set and
+ * not empty, else @dflt as given (NULL too). Borrowed from @config, the
+ * environment or @dflt: valid while @config lives and the environment is
+ * not changed. Thread-safe as getenv() is.
+ */
+const char *cl_setting(struct json_object *config, const char *key, const char *env,
+                       const char *dflt);
+
+/**
  * A base URL: member @key of the client's config JSON @config (a string),
  * else environment variable @env, else @dflt. Trailing slashes are removed.
  * An URL that does not start with http:// or https:// is a configuration

@@ -1350,13 +1350,11 @@ int cl_sandbox_call(cl_sandbox *s, cl_http *h, const sbx_call_ctx *ctx, const ch
     return rc;
 }
 
-int cl_sandbox_is_alive(cl_sandbox *s, cl_http *h, const sbx_call_ctx *ctx, const char *url,
-                        const char *state_key, const char *const *dead, sbx_error **error)
+/* is_alive's reading of the answer @j (NULL: none, its status @st): 0 with
+ * @s's gone flag set on a 404 or an ended @state_key, 1 alive, -1 else. */
+static int cl_alive_of(cl_sandbox *s, json_object *j, long st, const char *state_key,
+                       const char *const *dead)
 {
-    if (cl_gone_get(&s->gone))
-        return 0;
-    long st;
-    json_object *j = cl_get_json(h, ctx, url, &st, "is_alive", "get the sandbox", error);
     if (!j) {
         if (st != 404)
             return -1;
@@ -1369,6 +1367,26 @@ int cl_sandbox_is_alive(cl_sandbox *s, cl_http *h, const sbx_call_ctx *ctx, cons
     if (!alive)
         cl_gone_set(&s->gone);
     return alive;
+}
+
+int cl_sandbox_is_alive(cl_sandbox *s, cl_http *h, const sbx_call_ctx *ctx, const char *url,
+                        const char *state_key, const char *const *dead, sbx_error **error)
+{
+    if (cl_gone_get(&s->gone))
+        return 0;
+    long st;
+    json_object *j = cl_get_json(h, ctx, url, &st, "is_alive", "get the sandbox", error);
+    return cl_alive_of(s, j, st, state_key, dead);
+}
+
+int cl_spec_is_alive(cl_sandbox *s, const cl_resume_spec *rs, const sbx_call_ctx *ctx,
+                     sbx_error **error)
+{
+    if (cl_gone_get(&s->gone))
+        return 0;
+    long st = 0;
+    json_object *j = rs->get(s->c, ctx, s->id, &st, "is_alive", error);
+    return cl_alive_of(s, j, st, rs->state_key, rs->dead);
 }
 
 int cl_item_is_alive(cl_sandbox *s, cl_http *h, const sbx_call_ctx *ctx, const char *api,

@@ -851,6 +851,18 @@ int cl_sandbox_call(cl_sandbox *s, cl_http *h, const sbx_call_ctx *ctx, const ch
 int cl_sandbox_is_alive(cl_sandbox *s, cl_http *h, const sbx_call_ctx *ctx, const char *url,
                         const char *state_key, const char *const *dead, sbx_error **error);
 
+/**
+ * cl_sandbox_is_alive() through the provider's own GET of one sandbox:
+ * 0 at once when @s is gone; else @rs->get(@s's client, ctx, id, op
+ * is_alive): 0 with the gone flag set on a 404, or when the answer's
+ * member @rs->state_key (NULL: none looked at) is one of @rs->dead; 1 for
+ * any other answer; -1 with the get's error. For a provider whose GET is
+ * not a plain item URL (a query it adds, an answer it unwraps). Thread-safe
+ * as @rs->get is.
+ */
+int cl_spec_is_alive(cl_sandbox *s, const cl_resume_spec *rs, const sbx_call_ctx *ctx,
+                     sbx_error **error);
+
 /** cl_sandbox_is_alive() at cl_item_url(@api, @collection, @s's id, ""):
  *  the is_alive slot of a provider that GETs its sandboxes as items. */
 int cl_item_is_alive(cl_sandbox *s, cl_http *h, const sbx_call_ctx *ctx, const char *api,
@@ -1262,6 +1274,34 @@ void cl_client_free_slot(sbx_plugin_client *c);
     }
 
 /**
+ * Defines @name, a static is_alive slot of a provider whose sandbox struct
+ * starts with a cl_sandbox @s: cl_spec_is_alive(&sb->s, @spec, ctx, error),
+ * @spec the plugin's constant cl_resume_spec (its get, state_key and dead).
+ * Returns as cl_spec_is_alive(). Thread-safe as the spec's get is.
+ */
+#define CL_SPEC_IS_ALIVE(name, spec)                                                        \
+    static int name(sbx_plugin_sandbox *sb, const sbx_call_ctx *ctx, sbx_error **error)     \
+    {                                                                                       \
+        return cl_spec_is_alive(&sb->s, (spec), ctx, error);                                \
+    }
+
+/**
+ * Defines @name, a static session_state slot of a provider whose session
+ * state holds the sandbox's id alone (and its workdir), its sandbox struct
+ * starting with a cl_sandbox @s: {"version": @version, @id_key: ID[,
+ * "workdir": W]} (cl_state_new(), cl_state_end()): no credential, no env
+ * value. Returns a string in host memory, or NULL with cl_gone_error() when
+ * the sandbox is gone, or resource_exhausted. Thread-safe.
+ */
+#define CL_ID_SESSION_STATE(name, backend, version, id_key)                                 \
+    static char *name(sbx_plugin_sandbox *sb, const sbx_call_ctx *ctx, sbx_error **error)   \
+    {                                                                                       \
+        (void)ctx;                                                                          \
+        return cl_state_end(cl_state_new(&sb->s, (backend), (version), (id_key), error),    \
+                            error);                                                         \
+    }
+
+/**
  * Defines @name, a static data-plane call of a provider whose sandbox
  * struct starts with a cl_sandbox @s with a data plane, its client
  * starting with a cl_client @cl: int @name(sb, ctx, rq, path, r,
@@ -1576,7 +1616,8 @@ double cl_rfc3339(const char *s);
 
 /** What a list_owned slot hands its listing (a cl_listed_fn's @ud for
  *  cl_owned_listed()): the host's callback, and where a listed item holds
- *  its id, its labels and its creation time. */
+ *  its id, its labels and its creation time. A plugin whose own item
+ *  callback reads its items sets @fn and @ud alone (the keys NULL). */
 typedef struct cl_owned {
     sbx_plugin_owned_fn fn;
     void *ud;
@@ -1939,16 +1980,24 @@ void cl_script_exec_free(sbx_plugin_process *process);
 /**
  * Defines @name, a static exec_start slot of a provider whose commands are
  * plain cl_script_procs, its sandbox struct starting with a cl_sandbox @s
- * whose workdir is the default cwd: cl_script_exec_start(sb, @backend,
- * sb->s.workdir, rq, @run_short, @run, process, error). Returns as
- * cl_script_exec_start(). Thread-safe as the runners are.
+ * whose workdir is the default cwd, and whose API is JSON: cl_exec_check()
+ * of @rq, then cl_text_check(rq, NULL, "JSON", @text_flags, "exec", error)
+ * (@text_flags 0, or CL_TEXT_ENV_AS_BYTES when the per-call environment
+ * travels as a file's bytes), both before anything is sent, then
+ * cl_script_exec_start(sb, @backend, sb->s.workdir, rq, @run_short, @run,
+ * process, error). Returns 0 with *process set, or -1 with the first
+ * check's error (gone, unsupported request, text the API cannot carry) or
+ * cl_script_exec_start()'s. Thread-safe as the runners are.
  */
-#define CL_SCRIPT_EXEC_START(name, backend, run_short, run)                                 \
+#define CL_SCRIPT_EXEC_START(name, backend, run_short, run, text_flags)                     \
     static int name(sbx_plugin_sandbox *sb, const sbx_call_ctx *ctx,                        \
                     const sbx_plugin_exec_request *rq, sbx_plugin_process **process,        \
                     sbx_error **error)                                                      \
     {                                                                                       \
         (void)ctx;                                                                          \
+        if (cl_exec_check(&sb->s, (backend), rq, 0, error) < 0                              \
+            || cl_text_check(rq, NULL, "JSON", (text_flags), "exec", error) < 0)            \
+            return -1;                                                                      \
         return cl_script_exec_start(sb, (backend), sb->s.workdir, rq, (run_short), (run),   \
                                     process, error);                                        \
     }

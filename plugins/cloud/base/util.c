@@ -618,6 +618,15 @@ char *cl_credential(const char *const *envs, const char *file_under_home, const 
     return out;
 }
 
+const char *cl_setting(json_object *config, const char *key, const char *env, const char *dflt)
+{
+    const char *v = key ? cl_json_str(config, key) : NULL;
+    if (v && *v)
+        return v;
+    v = env ? getenv(env) : NULL;
+    return v && *v ? v : dflt;
+}
+
 char *cl_base_url(json_object *config, const char *key, const char *env, const char *dflt,
                   sbx_error **error)
 {

@@ -588,18 +588,11 @@ static int bl_resume(sbx_plugin_client *client, const sbx_call_ctx *ctx, const c
     return cl_resume_end(rc, sb, sandbox, j, data, NULL);
 }
 
-/* The sandboxes this backend made: labelled sbx_backend=blaxel with a
- * create token. Every page is read (CASE-35). */
-typedef struct bl_owned {
-    sbx_plugin_owned_fn fn;
-    void *ud;
-} bl_owned;
-
 /* One listed sandbox, to the host's callback when this backend made it
  * (its labels) and it is not ending. */
 static int bl_owned_one(void *ud, json_object *it)
 {
-    bl_owned *o = ud;
+    cl_owned *o = ud;
     json_object *labels = cl_json_path(it, "metadata", "labels", NULL);
     const char *id = cl_json_str(cl_json_path(it, "metadata", NULL), "name");
     const char *be = cl_json_str(labels, BL_LABEL_BACKEND);
@@ -611,6 +604,8 @@ static int bl_owned_one(void *ud, json_object *it)
     return o->fn(&info, o->ud);
 }
 
+/* The sandboxes this backend made: labelled sbx_backend=blaxel with a
+ * create token. Every page is read (CASE-35). */
 static int bl_list_owned(sbx_plugin_client *client, const sbx_call_ctx *ctx,
                          sbx_plugin_owned_fn fn, void *ud, sbx_error **error)
 {
@@ -619,7 +614,7 @@ static int bl_list_owned(sbx_plugin_client *client, const sbx_call_ctx *ctx,
     char *url = cl_printf("%s/sandboxes?limit=100", c->cl.api);
     cl_pages pg = { url, "cursor", NULL, "meta.nextCursor", "data", "list sandboxes",
                     CL_PAGES_ARRAY_TOO | CL_PAGES_EMPTY_ENDS };
-    bl_owned o = { fn, ud };
+    cl_owned o = { .fn = fn, .ud = ud };
     int rc = cl_list_pages(c->cl.http, ctx, &pg, bl_owned_one, &o, op, error);
     free(url);
     return rc;
@@ -1334,17 +1329,7 @@ out:
 /* The command (its script holds the argv or shell text and the cwd) and
  * its env go as POST /process's JSON: text that is not UTF-8 is refused
  * before anything is sent (issue 16). */
-static int bl_exec_start(sbx_plugin_sandbox *sb, const sbx_call_ctx *ctx,
-                         const sbx_plugin_exec_request *rq, sbx_plugin_process **process,
-                         sbx_error **error)
-{
-    (void)ctx;
-    if (cl_exec_check(&sb->s, BL_BACKEND, rq, 0, error) < 0
-        || cl_json_text_check(rq, NULL, "exec", error) < 0)
-        return -1;
-    return cl_script_exec_start(sb, BL_BACKEND, sb->s.workdir, rq, bl_run_short, bl_exec_run,
-                                process, error);
-}
+CL_SCRIPT_EXEC_START(bl_exec_start, BL_BACKEND, bl_run_short, bl_exec_run, 0)
 
 /* ------------------------------------------------------------------------ */
 /* The descriptor                                                            */

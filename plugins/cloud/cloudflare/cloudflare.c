@@ -528,11 +528,9 @@ static int cf_client_new(const char *config_json, sbx_plugin_client **client, sb
     /* The snapshot directory: the option, else $SBX_CLOUDFLARE_SNAPSHOT_DIR,
      * else $XDG_STATE_HOME/sbx/cloudflare-snapshots, else
      * $HOME/.local/state/sbx/cloudflare-snapshots. */
-    const char *sd = cfg ? cl_json_str(cfg, "snapshot_dir") : NULL;
+    const char *sd = cl_setting(cfg, "snapshot_dir", "SBX_CLOUDFLARE_SNAPSHOT_DIR", NULL);
     const char *xdg = getenv("XDG_STATE_HOME"), *home = getenv("HOME");
-    if (!sd || !*sd)
-        sd = getenv("SBX_CLOUDFLARE_SNAPSHOT_DIR");
-    if (sd && *sd)
+    if (sd)
         c->snap_dir = strdup(sd);
     else if (xdg && *xdg == '/')
         c->snap_dir = cl_printf("%s/sbx/cloudflare-snapshots", xdg);

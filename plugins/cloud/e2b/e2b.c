@@ -523,10 +523,7 @@ static int e2b_client_new(const char *config_json, sbx_plugin_client **client, s
     struct sbx_plugin_client *c = cl_client_new(&e2b_client_spec, config_json, &cfg, error);
     if (!c)
         return -1;
-    const char *dom = cl_json_str(cfg, "domain");
-    if (!dom || !*dom)
-        dom = getenv("E2B_DOMAIN");
-    c->domain = strdup(dom && *dom ? dom : E2B_DEFAULT_DOMAIN);
+    c->domain = strdup(cl_setting(cfg, "domain", "E2B_DOMAIN", E2B_DEFAULT_DOMAIN));
     char *dflt = c->domain ? cl_printf("https://api.%s", c->domain) : NULL;
     if (!dflt) {
         cl_fail(error, SBX_ERROR_RESOURCE_EXHAUSTED, "client_new", "out of memory");

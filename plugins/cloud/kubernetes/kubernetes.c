@@ -841,14 +841,9 @@ static int k8_find_token(void *ud, const sbx_call_ctx *ctx, const char *token, c
     return cl_ids_finish(&s, rc, ids, "create", error);
 }
 
-typedef struct k8_owned {
-    sbx_plugin_owned_fn fn;
-    void *ud;
-} k8_owned;
-
 static int k8_owned_one(void *ud, json_object *pod)
 {
-    k8_owned *o = ud;
+    cl_owned *o = ud;
     json_object *md = cl_json_path(pod, "metadata", NULL);
     const char *created = cl_json_str(md, "creationTimestamp");
     double ct = 0;
@@ -872,7 +867,7 @@ static int k8_list_owned(sbx_plugin_client *client, const sbx_call_ctx *ctx,
 {
     struct sbx_plugin_client *c = client;
     const char *op = "list_owned";
-    k8_owned o = { fn, ud };
+    cl_owned o = { .fn = fn, .ud = ud };
     cl_ids pods = { 0 };
     if (k8_list(c, ctx, CL_META_BACKEND "=" K8_BACKEND, k8_id_one, &pods, op, error) < 0
         || k8_list(c, ctx, CL_META_BACKEND "=" K8_BACKEND, k8_owned_one, &o, op, error) < 0) {

@@ -578,13 +578,7 @@ static int modal_ca_file(struct sbx_plugin_client *c, const char *path, sbx_erro
 static const char *modal_pick(json_object *cfg, const char *key, const char *env,
                               const char *prof)
 {
-    const char *v = key ? cl_json_str(cfg, key) : NULL;
-    if (v && *v)
-        return v;
-    v = env ? getenv(env) : NULL;
-    if (v && *v)
-        return v;
-    return prof && *prof ? prof : NULL;
+    return cl_setting(cfg, key, env, prof && *prof ? prof : NULL);
 }
 
 /* No base URL nor key here: the server URLs are the gRPC channel's, the

@@ -789,12 +789,7 @@ CL_ITEM_IS_ALIVE(rl_is_alive, "v1/devboxes", "status", rl_dead)
 
 /* {"version":1,"devbox_id":ID[,"workdir":W]}: no credential, no env value
  * (the devbox keeps its environment_variables). */
-static char *rl_session_state(sbx_plugin_sandbox *sb, const sbx_call_ctx *ctx, sbx_error **error)
-{
-    (void)ctx;
-    json_object *j = cl_state_new(&sb->s, RL_BACKEND, RL_STATE_VERSION, "devbox_id", error);
-    return cl_state_end(j, error);
-}
+CL_ID_SESSION_STATE(rl_session_state, RL_BACKEND, RL_STATE_VERSION, "devbox_id")
 
 static int rl_resume(sbx_plugin_client *client, const sbx_call_ctx *ctx, const char *state_json,
                      sbx_plugin_sandbox **sandbox, sbx_error **error)
@@ -881,14 +876,9 @@ static int rl_start(sbx_plugin_sandbox *sb, const sbx_call_ctx *ctx, sbx_error *
     return rl_wait_running(sb, ctx, "start", error);
 }
 
-typedef struct rl_owned {
-    sbx_plugin_owned_fn fn;
-    void *ud;
-} rl_owned;
-
 static int rl_owned_one(void *ud, json_object *it)
 {
-    rl_owned *o = ud;
+    cl_owned *o = ud;
     int64_t created = 0;
     cl_json_int(it, "create_time_ms", &created);
     return cl_owned_report(o->fn, o->ud, cl_json_str(it, "id"), cl_json_path(it, "metadata", NULL),
@@ -899,7 +889,7 @@ static int rl_owned_one(void *ud, json_object *it)
 static int rl_list_owned(sbx_plugin_client *client, const sbx_call_ctx *ctx,
                          sbx_plugin_owned_fn fn, void *ud, sbx_error **error)
 {
-    rl_owned o = { fn, ud };
+    cl_owned o = { .fn = fn, .ud = ud };
     return rl_list(client, ctx, rl_owned_one, &o, "list_owned", error);
 }
 
@@ -1315,17 +1305,7 @@ out:
 
 /* The command line (argv or shell text, the cwd) is a JSON string; the
  * env goes as a file's bytes (issue 16). */
-static int rl_exec_start(sbx_plugin_sandbox *sb, const sbx_call_ctx *ctx,
-                         const sbx_plugin_exec_request *rq, sbx_plugin_process **process,
-                         sbx_error **error)
-{
-    (void)ctx;
-    if (cl_exec_check(&sb->s, RL_BACKEND, rq, 0, error) < 0
-        || cl_text_check(rq, NULL, "JSON", CL_TEXT_ENV_AS_BYTES, "exec", error) < 0)
-        return -1;
-    return cl_script_exec_start(sb, RL_BACKEND, sb->s.workdir, rq, rl_run_short, rl_exec_run,
-                                process, error);
-}
+CL_SCRIPT_EXEC_START(rl_exec_start, RL_BACKEND, rl_run_short, rl_exec_run, CL_TEXT_ENV_AS_BYTES)
 
 /* ------------------------------------------------------------------------ */
 /* The descriptor                                                            */

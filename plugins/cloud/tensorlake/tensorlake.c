@@ -546,9 +546,8 @@ static char *tl_resolve_port(sbx_plugin_sandbox *sb, const sbx_call_ctx *ctx, un
     if (host && strncmp(host + 3, sb->s.id, idl) == 0 && host[3 + idl] == '.') {
         url = cl_printf("https://%u-%s", port, host + 3);
     } else {
-        const char *proxy = getenv("TENSORLAKE_SANDBOX_PROXY_URL");
-        if (!proxy || !*proxy)
-            proxy = "https://sandbox.tensorlake.ai";
+        const char *proxy = cl_setting(NULL, NULL, "TENSORLAKE_SANDBOX_PROXY_URL",
+                                       "https://sandbox.tensorlake.ai");
         const char *ph = strstr(proxy, "://");
         ph = ph ? ph + 3 : proxy;
         size_t hl = strcspn(ph, "/");
@@ -845,14 +844,9 @@ static int tl_list(struct sbx_plugin_client *c, const sbx_call_ctx *ctx,
     return rc;
 }
 
-typedef struct tl_owned {
-    sbx_plugin_owned_fn fn;
-    void *ud;
-} tl_owned;
-
 static int tl_owned_one(void *ud, const char *id, const char *name)
 {
-    tl_owned *o = ud;
+    cl_owned *o = ud;
     sbx_plugin_owned_info info = { sizeof(info), id, name, 0, 0 };
     return o->fn(&info, o->ud);
 }
@@ -868,7 +862,7 @@ static int tl_list_owned(sbx_plugin_client *client, const sbx_call_ctx *ctx,
                            TL_BACKEND), "option", "suspendable");
         return -1;
     }
-    tl_owned o = { fn, ud };
+    cl_owned o = { .fn = fn, .ud = ud };
     return tl_list(client, ctx, tl_owned_one, &o, op, error);
 }
 

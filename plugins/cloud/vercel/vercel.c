@@ -745,18 +745,6 @@ static json_object *vc_jwt_payload(const char *tok)
     return j;
 }
 
-/* A string setting: member @key of @cfg, else environment variable @env
- * when set and not empty, else @dflt (may be NULL). Borrowed. */
-static const char *vc_setting(json_object *cfg, const char *key, const char *env,
-                              const char *dflt)
-{
-    const char *v = cfg ? cl_json_str(cfg, key) : NULL;
-    if (v && *v)
-        return v;
-    v = env ? getenv(env) : NULL;
-    return v && *v ? v : dflt;
-}
-
 static const char *const vc_key_envs[] = { "VERCEL_OIDC_TOKEN", "VERCEL_TOKEN", NULL };
 
 static const cl_client_spec vc_client_spec = {
@@ -775,7 +763,7 @@ static int vc_client_new(const char *config_json, sbx_plugin_client **client, sb
     if (!c)
         return -1;
     /* team_id and project_id, when given, are non-empty strings (read by
-     * vc_setting below). */
+     * cl_setting below). */
     static const cl_option str_opts[] = { { "team_id", CL_OPTION_STRING, 0, NULL },
                                           { "project_id", CL_OPTION_STRING, 0, NULL },
                                           { NULL, 0, 0, NULL } };
@@ -793,11 +781,11 @@ static int vc_client_new(const char *config_json, sbx_plugin_client **client, sb
                        "VERCEL_OIDC_TOKEN");
             goto fail;
         }
-        team = vc_setting(cfg, "team_id", NULL, cl_json_str(jwt, "owner_id"));
-        project = vc_setting(cfg, "project_id", NULL, cl_json_str(jwt, "project_id"));
+        team = cl_setting(cfg, "team_id", NULL, cl_json_str(jwt, "owner_id"));
+        project = cl_setting(cfg, "project_id", NULL, cl_json_str(jwt, "project_id"));
     } else {
-        team = vc_setting(cfg, "team_id", "VERCEL_TEAM_ID", NULL);
-        project = vc_setting(cfg, "project_id", "VERCEL_PROJECT_ID", NULL);
+        team = cl_setting(cfg, "team_id", "VERCEL_TEAM_ID", NULL);
+        project = cl_setting(cfg, "project_id", "VERCEL_PROJECT_ID", NULL);
     }
     if (!team || !project) {
         const char *missing = !team ? "team_id" : "project_id";
@@ -983,34 +971,12 @@ out:
 
 CL_DESTROY(vc_destroy, vc_stop_id)
 
-static int vc_is_alive(sbx_plugin_sandbox *sb, const sbx_call_ctx *ctx, sbx_error **error)
-{
-    if (vc_is_gone(sb))
-        return 0;
-    long st;
-    json_object *j = vc_get(sb->s.c, ctx, sb->s.id, &st, "is_alive", error);
-    if (!j) {
-        if (st == 404) {
-            vc_mark_gone(sb);
-            return 0;
-        }
-        return -1;
-    }
-    int alive = !vc_terminal(vc_status(j));
-    json_object_put(j);
-    if (!alive)
-        vc_mark_gone(sb);
-    return alive;
-}
+/* Alive while the provider has it and it is not ending (vc_dead). */
+CL_SPEC_IS_ALIVE(vc_is_alive, &vc_spec)
 
 /* {"version":1,"sandbox_id":ID[,"workdir":W]}: no credential, no env value
  * (the sandbox keeps its env). */
-static char *vc_session_state(sbx_plugin_sandbox *sb, const sbx_call_ctx *ctx, sbx_error **error)
-{
-    (void)ctx;
-    json_object *j = cl_state_new(&sb->s, VC_BACKEND, VC_STATE_VERSION, "sandbox_id", error);
-    return cl_state_end(j, error);
-}
+CL_ID_SESSION_STATE(vc_session_state, VC_BACKEND, VC_STATE_VERSION, "sandbox_id")
 
 static int vc_resume(sbx_plugin_client *client, const sbx_call_ctx *ctx, const char *state_json,
                      sbx_plugin_sandbox **sandbox, sbx_error **error)
