@@ -1766,11 +1766,7 @@ void cl_script_exec_free(sbx_plugin_process *process)
     cl_proc_clear(&p->base);
     if (!ended && !cl_gone_get(&((cl_sandbox *)(void *)p->sb)->gone)) {
         sbx_call_ctx c2 = { sizeof(c2), cl_now() + 30, -1, NULL };
-        char *cmd = cl_mark_kill_command(p->tag, SIGKILL);
-        int code = 0;
-        if (cmd)
-            p->run_short(p->sb, &c2, cmd, &code, "exec_kill", NULL);
-        free(cmd);
+        cl_mark_kill(p->sb, p->run_short, &c2, p->tag, SIGKILL, NULL);
     }
     cl_script_proc_free(p);
 }
@@ -1825,14 +1821,9 @@ int cl_exec_wait_script(sbx_plugin_process *process, sbx_plugin_sandbox *sb,
     return rc;
 }
 
-int cl_proc_mark_kill(cl_proc *p, sbx_plugin_sandbox *sb, cl_run_fn run,
-                      const sbx_call_ctx *ctx, const char *tag, int sig, sbx_error **error)
+int cl_mark_kill(sbx_plugin_sandbox *sb, cl_run_fn run, const sbx_call_ctx *ctx,
+                 const char *tag, int sig, sbx_error **error)
 {
-    pthread_mutex_lock(&p->lock);
-    int ended = p->ended;
-    pthread_mutex_unlock(&p->lock);
-    if (ended)
-        return 0;
     char *cmd = cl_mark_kill_command(tag, sig);
     int code = 0;
     int rc = cmd ? run(sb, ctx, cmd, &code, "exec_kill", error) : -1;
@@ -1840,6 +1831,15 @@ int cl_proc_mark_kill(cl_proc *p, sbx_plugin_sandbox *sb, cl_run_fn run,
         cl_fail(error, SBX_ERROR_RESOURCE_EXHAUSTED, "exec_kill", "out of memory");
     free(cmd);
     return rc;
+}
+
+int cl_proc_mark_kill(cl_proc *p, sbx_plugin_sandbox *sb, cl_run_fn run,
+                      const sbx_call_ctx *ctx, const char *tag, int sig, sbx_error **error)
+{
+    pthread_mutex_lock(&p->lock);
+    int ended = p->ended;
+    pthread_mutex_unlock(&p->lock);
+    return ended ? 0 : cl_mark_kill(sb, run, ctx, tag, sig, error);
 }
 
 int cl_resize_check(unsigned tty_rows, sbx_error **error)

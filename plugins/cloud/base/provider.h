@@ -1811,11 +1811,18 @@ int cl_exec_wait_script(sbx_plugin_process *process, sbx_plugin_sandbox *sb,
                         sbx_error **error);
 
 /**
+ * Signals @sig to every process of @sb carrying CL_EXEC_MARK=@tag:
+ * cl_mark_kill_command(@tag, @sig) through @run (op exec_kill), whether or
+ * not the command was seen to end: 0, or -1 with @run's error
+ * (resource_exhausted for a @tag it refuses, or no memory). The exit
+ * status of the scan is not looked at (it exits 0). Thread-safe as @run is.
+ */
+int cl_mark_kill(sbx_plugin_sandbox *sb, cl_run_fn run, const sbx_call_ctx *ctx,
+                 const char *tag, int sig, sbx_error **error);
+
+/**
  * The exec_kill slot's body for a command whose processes carry
- * CL_EXEC_MARK=@tag: 0 at once when @p has ended; else
- * cl_mark_kill_command(@tag, @sig) through @run (op exec_kill): 0, or -1
- * with @run's error (resource_exhausted for a @tag it refuses, or no
- * memory). The exit status of the scan is not looked at (it exits 0).
+ * CL_EXEC_MARK=@tag: 0 at once when @p has ended; else cl_mark_kill().
  */
 int cl_proc_mark_kill(cl_proc *p, sbx_plugin_sandbox *sb, cl_run_fn run,
                       const sbx_call_ctx *ctx, const char *tag, int sig, sbx_error **error);
