@@ -797,6 +797,55 @@ static sbx_result *run_in(sbx_sandbox *sb, const char *script, const char *v, co
     return r;
 }
 
+/* Makes "/w d" in @sb and runs a command there with V set: its cwd and V
+ * arrive as given. */
+static void env_and_cwd_arrive(sbx_sandbox *sb)
+{
+    sbx_result *m = tu_sh(sb, "mkdir -p \"$SANDBOX_ROOT/w d\"", 20);
+    tu_assert_exit(m, 0);
+    sbx_result_free(m);
+    sbx_error *err = NULL;
+    sbx_result *r = run_in(sb, "printf '%s|%s' \"$V\" \"${PWD##*/}\"", "a 'b' $c", "/w d", &err);
+    cr_assert_not_null(r, "%s", err ? sbx_error_get0_message(err) : "");
+    tu_assert_exit(r, 0);
+    tu_assert_stdout(r, "a 'b' $c|w d");
+    sbx_result_free(r);
+}
+
+/* The body of the last request @px matched, as JSON (json_object_put()). */
+static json_object *proxy_last_body(proxy *px)
+{
+    char *last = proxy_last(px);
+    const char *body = strstr(last, "\r\n\r\n");
+    cr_assert_not_null(body, "request %s", last);
+    json_object *j = json_tokener_parse(body + 4);
+    cr_assert_not_null(j, "body %s", body + 4);
+    free(last);
+    return j;
+}
+
+/* A missing cwd is not_found naming it, and a cwd that is a file
+ * invalid_argument naming it, as on local. */
+static void cwd_refusals_name_it(sbx_sandbox *sb)
+{
+    sbx_error *err = NULL;
+    sbx_result *r = run_in(sb, "true", "x", "/no/such/dir", &err);
+    cr_assert_null(r);
+    tu_assert_error(err, SBX_ERROR_NOT_FOUND, "/no/such/dir", NULL);
+    assert_ctx(err, "path", "/no/such/dir");
+    sbx_error_free(err);
+    sbx_result *m = tu_sh(sb, "echo f > \"$SANDBOX_ROOT/f\"", 20);
+    tu_assert_exit(m, 0);
+    sbx_result_free(m);
+    err = NULL;
+    r = run_in(sb, "true", "x", "/f", &err);
+    cr_assert_null(r);
+    tu_assert_error(err, SBX_ERROR_INVALID_ARGUMENT,
+                    "the working directory /f is not a directory in the sandbox", NULL);
+    assert_ctx(err, "path", "/f");
+    sbx_error_free(err);
+}
+
 /* sbx-server shows a record's idempotency_key: its commands go as
  * execute's own fields (argv, env with the command's mark, cwd), no shell
  * of the plugin's around them. */
@@ -805,19 +854,10 @@ Test(remote, commands_go_as_executes_own_fields_where_the_server_takes_them)
     proxy *px = proxy_start("POST /v1/sandboxes/", 0, NULL, NULL);
     sbx_client *c = client_via(px);
     g_sb = tu_create(c, NULL);
-    sbx_result *m = tu_sh(g_sb, "mkdir -p \"$SANDBOX_ROOT/w d\"", 20);
-    tu_assert_exit(m, 0);
-    sbx_result_free(m);
+    env_and_cwd_arrive(g_sb);
     sbx_error *err = NULL;
-    sbx_result *r = run_in(g_sb, "printf '%s|%s' \"$V\" \"${PWD##*/}\"", "a 'b' $c", "/w d", &err);
-    cr_assert_not_null(r, "%s", err ? sbx_error_get0_message(err) : "");
-    tu_assert_exit(r, 0);
-    tu_assert_stdout(r, "a 'b' $c|w d");
-    sbx_result_free(r);
-    char *last = proxy_last(px);
-    const char *body = strstr(last, "\r\n\r\n") + 4;
-    json_object *j = json_tokener_parse(body);
-    cr_assert_not_null(j, "body %s", body);
+    sbx_result *r;
+    json_object *j = proxy_last_body(px);
     cr_assert_str_eq(tu_json_str(j, "command"), "sh");
     json_object *args = NULL, *env = NULL;
     cr_assert(json_object_object_get_ex(j, "args", &args));
@@ -829,7 +869,6 @@ Test(remote, commands_go_as_executes_own_fields_where_the_server_takes_them)
     cr_assert_eq(json_object_object_length(env), 2, "V and the command's mark: %s",
                  json_object_to_json_string(env));
     json_object_put(j);
-    free(last);
     /* Stdin as stdin_b64 when it ends within 4 MiB, byte-exact; a longer
      * one goes through the script. */
     for (int big = 0; big < 2; big++) {
@@ -852,10 +891,7 @@ Test(remote, commands_go_as_executes_own_fields_where_the_server_takes_them)
         tu_assert_stdout(r, want);
         sbx_result_free(r);
         free(want);
-        last = proxy_last(px);
-        body = strstr(last, "\r\n\r\n") + 4;
-        j = json_tokener_parse(body);
-        cr_assert_not_null(j);
+        j = proxy_last_body(px);
         if (big) {
             cr_assert_str_eq(tu_json_str(j, "command"), "/bin/sh");
         } else {
@@ -863,30 +899,13 @@ Test(remote, commands_go_as_executes_own_fields_where_the_server_takes_them)
             cr_assert_str_eq(tu_json_str(j, "stdin_b64"), "/wYN");
         }
         json_object_put(j);
-        free(last);
         free(data);
     }
-    /* A missing cwd: not_found naming it, as through the script. */
-    r = run_in(g_sb, "true", "x", "/no/such/dir", &err);
-    cr_assert_null(r);
-    tu_assert_error(err, SBX_ERROR_NOT_FOUND, "/no/such/dir", NULL);
-    assert_ctx(err, "path", "/no/such/dir");
-    sbx_error_free(err);
-    /* A cwd that is a file: invalid_argument naming it, as local and the
-     * script have it; one the upstream backend refuses although it is a
-     * directory (leading out of its root): invalid_argument naming it too,
-     * not the server's bare "Provider operation failed." */
-    m = tu_sh(g_sb, "echo f > \"$SANDBOX_ROOT/f\"", 20);
-    tu_assert_exit(m, 0);
-    sbx_result_free(m);
-    err = NULL;
-    r = run_in(g_sb, "true", "x", "/f", &err);
-    cr_assert_null(r);
-    tu_assert_error(err, SBX_ERROR_INVALID_ARGUMENT,
-                    "the working directory /f is not a directory in the sandbox", NULL);
-    assert_ctx(err, "path", "/f");
-    sbx_error_free(err);
-    err = NULL;
+    /* A missing cwd and a file, as through the script; one the upstream
+     * backend refuses although it is a directory (leading out of its
+     * root): invalid_argument naming it too, not the server's bare
+     * "Provider operation failed." */
+    cwd_refusals_name_it(g_sb);
     r = run_in(g_sb, "true", "x", "/w d/../..", &err);
     cr_assert_null(r);
     tu_assert_error(err, SBX_ERROR_INVALID_ARGUMENT,
@@ -910,40 +929,15 @@ Test(remote, a_server_without_the_fields_gets_the_portable_script)
     px->ans_to = "\"idempotency_kex\"";
     sbx_client *c = client_via(px);
     g_sb = tu_create(c, NULL);
-    sbx_result *m = tu_sh(g_sb, "mkdir -p \"$SANDBOX_ROOT/w d\"", 20);
-    tu_assert_exit(m, 0);
-    sbx_result_free(m);
+    env_and_cwd_arrive(g_sb);
     sbx_error *err = NULL;
-    sbx_result *r = run_in(g_sb, "printf '%s|%s' \"$V\" \"${PWD##*/}\"", "a 'b' $c", "/w d", &err);
-    cr_assert_not_null(r, "%s", err ? sbx_error_get0_message(err) : "");
-    tu_assert_exit(r, 0);
-    tu_assert_stdout(r, "a 'b' $c|w d");
-    sbx_result_free(r);
-    char *last = proxy_last(px);
-    const char *body = strstr(last, "\r\n\r\n") + 4;
-    json_object *j = json_tokener_parse(body);
-    cr_assert_not_null(j, "body %s", body);
+    sbx_result *r;
+    json_object *j = proxy_last_body(px);
     cr_assert_str_eq(tu_json_str(j, "command"), "/bin/sh");
     cr_assert(!json_object_object_get_ex(j, "env", NULL));
     cr_assert(!json_object_object_get_ex(j, "cwd", NULL));
     json_object_put(j);
-    free(last);
-    r = run_in(g_sb, "true", "x", "/no/such/dir", &err);
-    cr_assert_null(r);
-    tu_assert_error(err, SBX_ERROR_NOT_FOUND, "/no/such/dir", NULL);
-    assert_ctx(err, "path", "/no/such/dir");
-    sbx_error_free(err);
-    /* A cwd that is a file: invalid_argument naming it, as on local. */
-    m = tu_sh(g_sb, "echo f > \"$SANDBOX_ROOT/f\"", 20);
-    tu_assert_exit(m, 0);
-    sbx_result_free(m);
-    err = NULL;
-    r = run_in(g_sb, "true", "x", "/f", &err);
-    cr_assert_null(r);
-    tu_assert_error(err, SBX_ERROR_INVALID_ARGUMENT,
-                    "the working directory /f is not a directory in the sandbox", NULL);
-    assert_ctx(err, "path", "/f");
-    sbx_error_free(err);
+    cwd_refusals_name_it(g_sb);
     /* A timeout ends the command through its mark. */
     double t0 = tu_now();
     r = tu_sh(g_sb, "sleep 30", 1);
